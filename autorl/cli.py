@@ -1,0 +1,163 @@
+"""The ``autorl`` command: a thin layer over the library.
+
+Library errors (AutorlError) become one red line and exit code 1 here, and only here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from autorl.errors import AutorlError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Autonomous research agent for RL post-training.")
+console = Console()
+err_console = Console(stderr=True)
+
+RunsDir = typer.Option(None, "--runs-dir", envvar="AUTORL_RUNS_DIR", help="Where stores and sessions live [default: ./runs].")
+TrackingUri = typer.Option(None, "--tracking-uri", help="MLflow tracking URI [default: sqlite:///<runs-dir>/mlflow.db].")
+
+
+def cli_errors(func):
+    """Turn library errors into one clear line and a non-zero exit, without a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except AutorlError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            err_console.print("[yellow]interrupted[/]")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str]):
+    from autorl.config import default_runs_dir, prepare_runs_dir
+    from autorl.tracking import Tracker
+
+    runs = prepare_runs_dir(runs_dir or default_runs_dir())
+    return runs, Tracker.for_runs_dir(runs, tracking_uri)
+
+
+@app.command()
+@cli_errors
+def research(
+    topic: str = typer.Argument(..., help="The research question, e.g. 'reach 70% on 3-digit addition'."),
+    template: str = typer.Option("arith", "--template", "-t", help="Built-in template name or a folder."),
+    stages: int = typer.Option(8, "--stages", "-n", help="Training stages to run in all."),
+    time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m, 2h."),
+    strategy: str = typer.Option("optuna", "--strategy", help="optuna | random."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the search."),
+    max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """Run a research session: propose, train, score and record stages until the budget is spent."""
+    from autorl import template as templates
+    from autorl.config import make_config, parse_duration
+    from autorl.live import LiveView
+    from autorl.session import create_session, new_session_name
+
+    seconds = parse_duration(time_budget) if time_budget else None
+    loaded = templates.load(template)
+    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    config = make_config(
+        name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
+        strategy=strategy, seed=seed, max_depth=max_depth, runs_dir=runs, tracking_uri=tracker.uri,
+    )
+    controller = create_session(config, loaded, tracker)
+    controller.observer = LiveView(console, controller.budget)
+    controller.run()
+    console.print(f"show the tree:  autorl show {config.name} --runs-dir {runs}")
+    console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
+    if controller.status != "finished":
+        raise typer.Exit(1)
+
+
+@app.command()
+@cli_errors
+def init(
+    directory: Path = typer.Argument(..., help="Folder to create."),
+    template: str = typer.Option("arith", "--template", "-t", help="Built-in template to copy."),
+):
+    """Copy a template into a folder you can edit, then run it with --template DIR."""
+    from autorl import template as templates
+
+    loaded = templates.load(template)
+    templates.copy_to(loaded, directory)
+    console.print(f"copied template [cyan]{loaded.name}[/] to {directory}; edit it, then: autorl research TOPIC --template {directory}")
+
+
+@app.command("ls")
+@cli_errors
+def list_sessions(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """List sessions in the tracking store."""
+    from rich.table import Table
+
+    from autorl.live import fmt
+    from autorl.report import list_sessions as rows
+
+    _, tracker = open_tracker(runs_dir, tracking_uri)
+    sessions = rows(tracker)
+    if as_json:
+        print(json.dumps(sessions, indent=2))
+        return
+    table = Table(header_style="bold")
+    for column in ("name", "status", "strategy", "stages", "base", "best val", "best test", "topic"):
+        table.add_column(column)
+    for s in sessions:
+        table.add_row(s["name"], s["status"], s["strategy"], str(s["stages_spent"]), fmt(s["base_score"]),
+                      fmt(s["best_val_score"]), fmt(s["best_test_score"]), s["topic"])
+    console.print(table)
+
+
+@app.command()
+@cli_errors
+def show(
+    name: str = typer.Argument(..., help="Session name (see `autorl ls`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """Show one session's tree, read back from MLflow."""
+    from rich.tree import Tree as RichTree
+
+    from autorl.live import fmt
+    from autorl.report import schedule_text, show_session
+
+    _, tracker = open_tracker(runs_dir, tracking_uri)
+    data = show_session(tracker, name)
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return
+    root = RichTree(f"[bold]{data['name']}[/] ({data['status']}) base {fmt(data['base_score'])}")
+    branches = {None: root}
+    best_id = data["best"]["id"] if data["best"] else None
+    for node in data["nodes"]:
+        star = " ★" if node["id"] == best_id else ""
+        score = node["reason"][:80] if node["val_score"] is None else f"val {node['val_score']:.3f} ± {node['val_stderr']:.3f}"
+        label = f"{node['id']}{star} [{node['status']}] {score}  [dim]{schedule_text(node['hyperparameters'])}[/]"
+        branches[node["id"]] = branches.get(node["parent"], root).add(label)
+    console.print(root)
+    if data["best"]:
+        best = data["best"]
+        console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, test {fmt(best['test_score'])}")
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())

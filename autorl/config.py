@@ -1,0 +1,111 @@
+"""Session configuration: what the user asked for, validated once, written to MLflow."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from autorl.errors import ConfigError
+
+STRATEGIES = ("optuna", "random")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``90s``, ``15m``, ``2h``, ``1h30m`` or ``300``.
+
+    >>> parse_duration("1h30m")
+    5400.0
+    """
+    cleaned = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", cleaned):
+        seconds = float(cleaned)
+    else:
+        parts = _DURATION_PART.findall(cleaned)
+        if not parts or "".join(n + u for n, u in parts) != cleaned:
+            raise ConfigError(f"bad duration {text!r}: use a number of seconds or e.g. 90s, 15m, 2h, 1h30m")
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+    if seconds <= 0:
+        raise ConfigError(f"bad duration {text!r}: it must be positive")
+    return seconds
+
+
+def default_runs_dir() -> Path:
+    return Path(os.environ.get("AUTORL_RUNS_DIR", "runs"))
+
+
+def prepare_runs_dir(path: Path) -> Path:
+    """Create the runs directory if needed and prove it is writable."""
+    path = path.expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"runs directory {path} is not writable ({exc.strerror or exc}); pick another with --runs-dir") from exc
+    return path
+
+
+class SessionConfig(BaseModel):
+    """Everything that defines a research session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Session name, unique in the tracking store.")
+    topic: str = Field(description="The research question, appended to the template's brief.")
+    template: str = Field(description="Template name or path it was loaded from.")
+    stages: int = Field(8, description="Training stages the session may run in all.")
+    time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
+    strategy: str = Field("optuna", description="How the next stage is proposed.")
+    seed: int = Field(0, description="Seed of the search (policy, sampler, trial seeds).")
+    max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
+    runs_dir: Path
+    tracking_uri: str
+
+    @field_validator("stages")
+    @classmethod
+    def _positive_stages(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("--stages must be at least 1")
+        return value
+
+    @field_validator("max_depth")
+    @classmethod
+    def _positive_depth(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("--max-depth must be at least 1")
+        return value
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, value: str) -> str:
+        if value not in STRATEGIES:
+            raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+            raise ValueError(f"bad session name {value!r}: use letters, digits, '.', '_' or '-' (max 64)")
+        return value
+
+    @property
+    def session_dir(self) -> Path:
+        return self.runs_dir / "sessions" / self.name
+
+
+def make_config(**values) -> SessionConfig:
+    """Build a SessionConfig, turning validation errors into one readable ConfigError."""
+    from pydantic import ValidationError
+
+    try:
+        return SessionConfig(**values)
+    except ValidationError as exc:
+        messages = "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
+        raise ConfigError(messages) from exc

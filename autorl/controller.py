@@ -1,0 +1,261 @@
+"""The research loop.
+
+    select parent (tree policy) -> propose -> validate -> launch stage -> stream metrics
+      -> score checkpoint (frozen evaluator, validation split) -> record -> repeat
+    at the end: score the best node and the base model on the test split.
+
+The controller owns no storage and no policy of its own: it is handed its proposer,
+policy, stage runner, evaluator and tracker, so tests pass real lightweight ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from autorl.budget import Budget
+from autorl.config import SessionConfig
+from autorl.errors import AutorlError, CheckpointError, FrozenFileError
+from autorl.evaluate import EvalResult, FrozenEvaluator
+from autorl.observer import Observer
+from autorl.policy import BestFirstPolicy
+from autorl.proposers.base import Proposal, Proposer
+from autorl.spec import TrialSpec
+from autorl.stage import StageOutcome, StageRunner
+from autorl.template import Template
+from autorl.tracking import Tracker
+from autorl.tree import Node, Status, Tree
+from autorl.workspace import Workspace
+
+
+@dataclass
+class Collaborators:
+    tracker: Tracker
+    workspace: Workspace
+    evaluator: FrozenEvaluator
+    runner: StageRunner
+    proposer: Proposer
+    policy: BestFirstPolicy
+
+
+class Controller:
+    def __init__(
+        self,
+        config: SessionConfig,
+        template: Template,
+        parts: Collaborators,
+        session_run_id: str,
+        observer: Observer | None = None,
+    ):
+        self.config = config
+        self.template = template
+        self.parts = parts
+        self.session_run_id = session_run_id
+        self.observer = observer or Observer()
+        self.tree = Tree()
+        self.budget = Budget(config.stages, config.time_budget_s)
+        self.status = "running"
+        self.reason = ""
+
+    @property
+    def session_dir(self) -> Path:
+        return self.config.session_dir
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> Tree:
+        self.observer.session_started(self.config.name, self.tree)
+        try:
+            self.score_base()
+            while (reason := self.budget.exhausted()) is None:
+                self.step()
+            self.score_on_test()
+            self.finish("finished", reason)
+        except KeyboardInterrupt:
+            self.finish("stopped", "interrupted (Ctrl-C)")
+            raise
+        except AutorlError as exc:
+            self.finish("failed", str(exc))
+            raise
+        except Exception as exc:
+            self.finish("failed", f"internal error: {exc!r}")
+            raise
+        return self.tree
+
+    def step(self) -> Node:
+        """Propose, train, score and record one stage."""
+        parent = self.parts.policy.select(self.tree)
+        proposal = self.parts.proposer.propose(self.tree, parent)
+        node = self.create_node(proposal)
+        self.budget.charge_stage()
+        self.observer.stage_started(node, self.tree)
+        outcome = self.train(node)
+        if outcome.ok:
+            self.score(node, outcome.checkpoint)
+        else:
+            self.fail(node, outcome.reason)
+        self.record(node, outcome)
+        self.parts.proposer.observe(self.tree, node)
+        self.observer.stage_finished(node, self.tree)
+        if node.extra.get("frozen_violation"):
+            raise FrozenFileError(node.reason)
+        return node
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def create_node(self, proposal: Proposal) -> Node:
+        parent = self.tree.nodes.get(proposal.parent) if proposal.parent else None
+        hyperparameters = self.template.space.check(proposal.hyperparameters)
+        node = Node(
+            id=self.tree.next_id(),
+            parent=proposal.parent,
+            depth=1 if parent is None else parent.depth + 1,
+            hyperparameters=hyperparameters,
+            seed=self.config.seed * 1000 + len(self.tree.nodes) + 1,
+            proposer=self.parts.proposer.name,
+            commit=self.parts.workspace.head,
+            step_offset=0 if parent is None else parent.step_offset + parent.steps,
+        )
+        if proposal.optuna_trial is not None:
+            node.extra["optuna_trial"] = proposal.optuna_trial
+        node.extra["rationale"] = proposal.rationale
+        self.tree.add(node)
+        node.mlflow_run_id = self.parts.tracker.start_node(
+            self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters
+        )
+        node.status = Status.RUNNING
+        return node
+
+    def node_dir(self, node_id: str) -> Path:
+        return self.session_dir / "nodes" / node_id
+
+    def init_checkpoint(self, node: Node) -> Path:
+        if node.parent is None:
+            return self.template.base_model_dir(self.parts.workspace.path)
+        return self.node_dir(node.parent) / "checkpoint"
+
+    def train(self, node: Node) -> StageOutcome:
+        node_dir = self.node_dir(node.id)
+        spec = TrialSpec(
+            node_id=node.id,
+            init_checkpoint=str(self.init_checkpoint(node)),
+            output_dir=str(node_dir),
+            metrics_path=str(node_dir / "metrics.jsonl"),
+            hyperparameters=node.hyperparameters,
+            max_steps=int(node.hyperparameters.get("max_steps", 20)),
+            seed=node.seed,
+            wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
+        )
+        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.observer.step(node, record))
+        node.seconds = outcome.result.wall_seconds
+        node.steps = max((int(r.get("step", 0)) for r in outcome.records), default=0)
+        rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
+        node.train_reward = rewards[-1] if rewards else None
+        return outcome
+
+    def score(self, node: Node, checkpoint: Path) -> None:
+        try:
+            result = self.evaluate(checkpoint, "validation", self.node_dir(node.id))
+        except FrozenFileError as exc:
+            self.fail(node, str(exc))
+            node.extra["frozen_violation"] = True
+            return
+        except CheckpointError as exc:
+            self.fail(node, str(exc))
+            return
+        node.val_score, node.val_stderr = result.mean, result.stderr
+        node.status = Status.SUCCEEDED
+
+    def evaluate(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
+        return self.parts.evaluator.score(checkpoint, split, out_dir)
+
+    def fail(self, node: Node, reason: str) -> None:
+        node.status = Status.FAILED
+        node.reason = reason
+        self.observer.message(f"{node.id} failed: {reason}")
+
+    def record(self, node: Node, outcome: StageOutcome) -> None:
+        tracker, run_id = self.parts.tracker, node.mlflow_run_id
+        tracker.log_step_records(run_id, outcome.records, offset=node.step_offset)
+        values = {"stage_seconds": node.seconds, "steps": node.steps}
+        if node.scored:
+            values.update(val_score=node.val_score, val_stderr=node.val_stderr)
+        if node.train_reward is not None:
+            values["train_reward"] = node.train_reward
+        tracker.log_metrics(run_id, values)
+        node_dir = self.node_dir(node.id)
+        diff = self.parts.workspace.diff_from_template(node.commit)
+        (node_dir / "train_py.diff").write_text(diff)
+        tracker.log_artifacts(run_id, [node_dir / name for name in
+                                       ("spec.json", "metrics.jsonl", "stdout.log", "stderr.log", "train_py.diff",
+                                        "eval_validation.json", "eval_validation_stderr.log")])
+        tracker.set_tags(run_id, self.node_tags(node))
+        tracker.end_node(run_id, failed=node.status == Status.FAILED)
+
+    def node_tags(self, node: Node) -> dict[str, str]:
+        tags = {
+            "autorl.node_id": node.id,
+            "autorl.parent_node": node.parent or "base",
+            "autorl.depth": node.depth,
+            "autorl.status": node.status.value,
+            "autorl.reason": node.reason,
+            "autorl.proposer": node.proposer,
+            "autorl.seed": node.seed,
+            "autorl.step_offset": node.step_offset,
+            "autorl.git_commit": node.commit,
+            "mlflow.source.git.commit": node.commit,
+            "autorl.hyperparameters": _json(node.hyperparameters),
+            "autorl.rationale": node.extra.get("rationale", ""),
+        }
+        if "optuna_trial" in node.extra:
+            tags["autorl.optuna_trial"] = node.extra["optuna_trial"]
+        return tags
+
+    def score_base(self) -> None:
+        """The base model's validation score: the reference every stage is compared to."""
+        result = self.evaluate(self.template.base_model_dir(self.parts.workspace.path), "validation",
+                               self.session_dir / "base")
+        self.tree.base_score, self.tree.base_stderr = result.mean, result.stderr
+        self.parts.tracker.log_metrics(self.session_run_id, {"base_score": result.mean, "base_stderr": result.stderr})
+        self.observer.message(f"base model: validation {result.mean:.3f} ± {result.stderr:.3f}")
+
+    def score_on_test(self) -> None:
+        """Score the best node, and the base model, once on the test split."""
+        best = self.tree.best()
+        if best is None:
+            self.observer.message("no stage succeeded: nothing to score on the test split")
+            return
+        test = self.evaluate(self.node_dir(best.id) / "checkpoint", "test", self.node_dir(best.id))
+        base = self.evaluate(self.template.base_model_dir(self.parts.workspace.path), "test", self.session_dir / "base")
+        best.test_score, best.test_stderr = test.mean, test.stderr
+        tracker = self.parts.tracker
+        tracker.log_metrics(best.mlflow_run_id, {"test_score": test.mean, "test_stderr": test.stderr})
+        tracker.log_artifacts(best.mlflow_run_id, [test.path])
+        tracker.log_metrics(self.session_run_id, {
+            "best_val_score": best.val_score, "best_test_score": test.mean, "best_test_stderr": test.stderr,
+            "base_test_score": base.mean, "val_test_gap": best.val_score - test.mean,
+        })
+        tracker.set_tags(self.session_run_id, {"autorl.best_node": best.id})
+        self.observer.message(
+            f"best {best.id}: validation {best.val_score:.3f}, test {test.mean:.3f} ± {test.stderr:.3f} "
+            f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})"
+        )
+
+    def finish(self, status: str, reason: str) -> None:
+        self.status, self.reason = status, reason
+        tracker = self.parts.tracker
+        tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
+                                                  "session_seconds": self.budget.elapsed})
+        for node in self.tree.nodes.values():
+            if node.status == Status.RUNNING:  # interrupted mid-stage
+                node.status, node.reason = Status.FAILED, reason
+                tracker.set_tags(node.mlflow_run_id, self.node_tags(node))
+                tracker.end_node(node.mlflow_run_id, failed=True)
+        tracker.end_session(self.session_run_id, status, reason)
+        self.observer.session_finished(self.tree, status, reason)
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)

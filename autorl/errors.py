@@ -1,0 +1,34 @@
+"""One error hierarchy. Library code raises these; only the CLI turns them into a
+red line and an exit code."""
+
+
+class AutorlError(Exception):
+    """A problem the user can act on; its message says what to do."""
+
+
+class ConfigError(AutorlError):
+    """A bad option or value (duration, stage count, runs directory, …)."""
+
+
+class TemplateError(AutorlError):
+    """An unknown template, or one missing files it needs."""
+
+
+class TrackingError(AutorlError):
+    """The MLflow store cannot be reached, created or read."""
+
+
+class SessionError(AutorlError):
+    """A session that does not exist, or already exists."""
+
+
+class FrozenFileError(AutorlError):
+    """A frozen environment file changed since the session started: scoring stops."""
+
+
+class ProposalError(AutorlError):
+    """A proposal that does not fit the space or the tree."""
+
+
+class CheckpointError(AutorlError):
+    """A checkpoint that is missing or carries something other than weights."""

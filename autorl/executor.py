@@ -1,0 +1,160 @@
+"""Run an untrusted command with a wall-clock budget and a scrubbed environment.
+
+The local executor starts the command in its own session (process group) with an
+allow-listed environment: no API keys or tokens reach it. Output goes to files (a
+pipe plus a surviving grandchild can hang the reader). The controller, not the
+command, enforces the budget: past it the whole process group gets SIGTERM, then
+SIGKILL. What this does *not* do: filesystem, network or memory isolation.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+# Variables a trial may inherit; everything else (keys, tokens, proxies) is dropped.
+ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")
+TERM_GRACE_SECONDS = 5.0
+POLL_SECONDS = 0.25
+
+
+def scrubbed_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of an untrusted process: an allow-list plus offline switches."""
+    env = {key: os.environ[key] for key in ALLOWED_ENV if key in os.environ}
+    env.update(
+        HOME=str(home),
+        HF_HOME=str(home / ".hf"),
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONUNBUFFERED="1",
+        PYTHONDONTWRITEBYTECODE="1",
+        MPLCONFIGDIR=str(home / ".mpl"),
+    )
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class RunResult:
+    """What happened to one command."""
+
+    returncode: int | None
+    timed_out: bool
+    wall_seconds: float
+    stdout_path: Path
+    stderr_path: Path
+    footer: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    @property
+    def signal(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            return signal.Signals(-self.returncode).name
+        return None
+
+    def failure_reason(self, budget: float) -> str | None:
+        """One line saying why the run failed, or None when it succeeded."""
+        if self.timed_out:
+            return f"timed out after {budget:.0f}s wall-clock budget (killed)"
+        if self.returncode != 0:
+            how = f"killed by {self.signal}" if self.signal else f"exited with code {self.returncode}"
+            return f"{how}: {last_error_line(self.stderr_path)}"
+        return None
+
+
+def last_error_line(path: Path, limit: int = 300) -> str:
+    """The most telling line of a log: the last one that looks like an error."""
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no log"
+    errors = [line for line in lines if "Error" in line or "Exception" in line or "error:" in line]
+    line = (errors or lines or ["no output"])[-1]
+    return line[:limit]
+
+
+def parse_footer(text: str) -> dict[str, str]:
+    """``key: value`` lines after the last ``---`` line; empty when there is none.
+
+    >>> parse_footer("noise\\n---\\nstatus: ok\\nsteps: 20\\n")
+    {'status': 'ok', 'steps': '20'}
+    """
+    lines = text.splitlines()
+    if "---" not in lines:
+        return {}
+    start = len(lines) - lines[::-1].index("---")
+    footer = {}
+    for line in lines[start:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            footer[key.strip()] = value.strip()
+    return footer
+
+
+class LocalExecutor:
+    """Runs commands as subprocesses of the controller, one at a time."""
+
+    name = "local"
+
+    def run(
+        self,
+        argv: list[str],
+        cwd: Path,
+        wall_seconds: float,
+        env: dict[str, str],
+        log_prefix: str = "",
+        on_poll: Callable[[], None] | None = None,
+    ) -> RunResult:
+        stdout_path = cwd / f"{log_prefix}stdout.log"
+        stderr_path = cwd / f"{log_prefix}stderr.log"
+        started = time.monotonic()
+        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+            process = subprocess.Popen(
+                argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+            timed_out = self._wait(process, started + wall_seconds, on_poll)
+        kill_group(process.pid)  # children left behind in the group go too
+        wall = time.monotonic() - started
+        footer = parse_footer(stdout_path.read_text(errors="replace"))
+        return RunResult(process.returncode, timed_out, wall, stdout_path, stderr_path, footer)
+
+    @staticmethod
+    def _wait(process: subprocess.Popen, deadline: float, on_poll) -> bool:
+        while process.poll() is None:
+            if time.monotonic() >= deadline:
+                terminate(process)
+                return True
+            if on_poll:
+                on_poll()
+            time.sleep(POLL_SECONDS)
+        if on_poll:
+            on_poll()
+        return False
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def terminate(process: subprocess.Popen) -> None:
+    """SIGTERM the process group, then SIGKILL it after a grace period."""
+    kill_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(TERM_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        kill_group(process.pid, signal.SIGKILL)
+        process.wait()

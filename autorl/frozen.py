@@ -1,0 +1,59 @@
+"""The frozen environment guard.
+
+At session start the controller hashes every file under the workspace's ``env/``.
+Before every evaluation it hashes them again; any changed, missing or new file stops
+scoring with a FrozenFileError, because a score from a tampered evaluator is worthless.
+Files are also made read-only, which stops mistakes but not a process running as the
+same user: the hash check is what makes tampering visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+from pathlib import Path
+
+from autorl.errors import FrozenFileError
+
+
+def hash_tree(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root``, keyed by relative path."""
+    hashes = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            hashes[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def make_read_only(root: Path) -> None:
+    for path in root.rglob("*"):
+        if path.is_file():
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+class FrozenGuard:
+    """Remembers the hashes of a frozen folder and checks them on demand."""
+
+    def __init__(self, root: Path, expected: dict[str, str]):
+        self.root = root
+        self.expected = expected
+
+    @classmethod
+    def record(cls, root: Path) -> "FrozenGuard":
+        make_read_only(root)
+        return cls(root, hash_tree(root))
+
+    def changes(self) -> list[str]:
+        actual = hash_tree(self.root)
+        changed = [f"{p} (modified)" for p in self.expected if p in actual and actual[p] != self.expected[p]]
+        missing = [f"{p} (deleted)" for p in self.expected if p not in actual]
+        added = [f"{p} (added)" for p in actual if p not in self.expected]
+        return changed + missing + added
+
+    def check(self) -> None:
+        changes = self.changes()
+        if changes:
+            raise FrozenFileError(
+                f"evaluation refused: frozen files under {self.root} changed since the session started: "
+                + ", ".join(changes)
+            )

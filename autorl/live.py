@@ -1,0 +1,107 @@
+"""The terminal view of a running session (rich): the tree so far and the live stage."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from autorl.budget import Budget
+from autorl.observer import Observer
+from autorl.report import schedule_text
+from autorl.tree import Node, Status, Tree
+
+STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow", "pending": "dim"}
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def nodes_table(tree: Tree, title: str = "") -> Table:
+    table = Table(title=title or None, expand=False, header_style="bold")
+    for column in ("node", "parent", "status", "val ± se", "Δ parent", "train reward", "steps", "s", "schedule"):
+        table.add_column(column, justify="right" if column not in ("node", "parent", "status", "schedule") else "left")
+    best = tree.best()
+    for node in tree.nodes.values():
+        parent_score = tree.score_of(node.parent)
+        delta = None if node.val_score is None or parent_score is None else node.val_score - parent_score
+        val = "-" if node.val_score is None else f"{node.val_score:.3f} ± {node.val_stderr:.3f}"
+        style = STATUS_STYLE.get(node.status.value, "")
+        table.add_row(
+            Text(node.id + (" ★" if best is not None and node.id == best.id else ""), style="bold" if best is node else ""),
+            node.parent or "base",
+            Text(node.status.value, style=style),
+            val,
+            "-" if delta is None else f"{delta:+.3f}",
+            fmt(node.train_reward),
+            str(node.steps),
+            f"{node.seconds:.0f}",
+            schedule_text(node.hyperparameters),
+        )
+    return table
+
+
+class LiveView(Observer):
+    """Redraws a compact dashboard on every step; prints messages above it."""
+
+    def __init__(self, console: Console, budget: Budget | None = None):
+        self.console = console
+        self.budget = budget
+        self.tree: Tree | None = None
+        self.current: Node | None = None
+        self.last: dict = {}
+        self.live = Live(console=console, refresh_per_second=4, transient=True)
+
+    def render(self):
+        parts = []
+        if self.tree is not None and self.tree.nodes:
+            parts.append(nodes_table(self.tree))
+        status = Text()
+        if self.budget is not None:
+            left = self.budget.seconds_left
+            status.append(f"stages {self.budget.spent_stages}/{self.budget.max_stages}  ")
+            status.append(f"elapsed {self.budget.elapsed:.0f}s" + (f" (left {left:.0f}s)  " if left is not None else "  "))
+        if self.tree is not None:
+            best = self.tree.best()
+            status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
+        if self.current is not None and self.current.status == Status.RUNNING:
+            status.append(
+                f"| {self.current.id}: step {self.last.get('step', 0)}/{self.current.hyperparameters.get('max_steps', '?')}"
+                f" reward {fmt(self.last.get('reward'))} entropy {fmt(self.last.get('entropy'))}",
+                style="cyan",
+            )
+        parts.append(status)
+        return Group(*parts)
+
+    def refresh(self) -> None:
+        self.live.update(self.render(), refresh=True)
+
+    def session_started(self, name: str, tree: Tree) -> None:
+        self.tree = tree
+        self.console.print(f"[bold]autorl[/] session [cyan]{name}[/]")
+        self.live.start()
+
+    def message(self, text: str) -> None:
+        self.console.print(text)
+
+    def stage_started(self, node: Node, tree: Tree) -> None:
+        self.current, self.last = node, {}
+        self.refresh()
+
+    def step(self, node: Node, record: dict) -> None:
+        if "reward" in record:
+            self.last = record
+            self.refresh()
+
+    def stage_finished(self, node: Node, tree: Tree) -> None:
+        score = "failed" if node.val_score is None else f"val {node.val_score:.3f} ± {node.val_stderr:.3f}"
+        self.console.print(f"  {node.id} (from {node.parent or 'base'}) {score}  [dim]{schedule_text(node.hyperparameters)}[/]")
+        self.refresh()
+
+    def session_finished(self, tree: Tree, status: str, reason: str) -> None:
+        self.live.stop()
+        self.console.print(nodes_table(tree, title="session tree"))
+        colour = "green" if status == "finished" else "red"
+        self.console.print(f"[{colour}]session {status}[/]: {reason}")

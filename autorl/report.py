@@ -1,0 +1,98 @@
+"""Reading sessions back from MLflow: the ``ls`` rows and the ``show`` tree.
+
+Everything here comes from the tracking store, not from memory, so ``show`` tells
+what a later process (or a resumed session) would see.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from autorl.errors import SessionError
+from autorl.tracking import Tracker
+
+
+def _metric(run, key: str) -> float | None:
+    return run.data.metrics.get(key)
+
+
+def node_from_run(run) -> dict[str, Any]:
+    tags = run.data.tags
+    parent = tags.get("autorl.parent_node", "base")
+    return {
+        "id": tags.get("autorl.node_id"),
+        "parent": None if parent == "base" else parent,
+        "depth": int(tags.get("autorl.depth", 1)),
+        "status": tags.get("autorl.status"),
+        "reason": tags.get("autorl.reason", ""),
+        "val_score": _metric(run, "val_score"),
+        "val_stderr": _metric(run, "val_stderr"),
+        "test_score": _metric(run, "test_score"),
+        "train_reward": _metric(run, "train_reward"),
+        "steps": int(_metric(run, "steps") or 0),
+        "seconds": _metric(run, "stage_seconds"),
+        "hyperparameters": json.loads(tags.get("autorl.hyperparameters", "{}")),
+        "proposer": tags.get("autorl.proposer"),
+        "commit": tags.get("autorl.git_commit"),
+        "mlflow_run_id": run.info.run_id,
+        "mlflow_status": run.info.status,
+    }
+
+
+def session_summary(run) -> dict[str, Any]:
+    tags, metrics = run.data.tags, run.data.metrics
+    return {
+        "name": tags.get("autorl.session"),
+        "status": tags.get("autorl.status"),
+        "reason": tags.get("autorl.reason", ""),
+        "topic": tags.get("autorl.topic"),
+        "template": tags.get("autorl.template"),
+        "strategy": tags.get("autorl.strategy"),
+        "base_score": metrics.get("base_score"),
+        "best_val_score": metrics.get("best_val_score"),
+        "best_test_score": metrics.get("best_test_score"),
+        "stages_spent": int(metrics.get("stages_spent", 0)),
+        "started": run.info.start_time,
+        "mlflow_run_id": run.info.run_id,
+    }
+
+
+def list_sessions(tracker: Tracker) -> list[dict[str, Any]]:
+    return [session_summary(run) for run in tracker.sessions()]
+
+
+def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
+    run = tracker.find_session(name)
+    if run is None:
+        raise SessionError(f"no session named {name!r} in {tracker.uri}; `autorl ls` lists them")
+    summary = session_summary(run)
+    nodes = [node_from_run(r) for r in tracker.node_runs(run.info.run_id)]
+    best_id = run.data.tags.get("autorl.best_node")
+    scored = [n for n in nodes if n["val_score"] is not None]
+    best = next((n for n in nodes if n["id"] == best_id), None) or (
+        max(scored, key=lambda n: n["val_score"]) if scored else None
+    )
+    summary["nodes"] = nodes
+    summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"])}
+    summary["workspace"] = run.data.tags.get("autorl.workspace")
+    return summary
+
+
+def path_to(nodes: list[dict], node_id: str) -> list[str]:
+    by_id = {n["id"]: n for n in nodes}
+    path, current = [], node_id
+    while current is not None:
+        path.append(current)
+        current = by_id[current]["parent"]
+    return path[::-1]
+
+
+def schedule_text(hyperparameters: dict[str, Any], keys: tuple[str, ...] = ("learning_rate", "temperature",
+                                                                            "num_generations", "max_steps")) -> str:
+    parts = []
+    for key in keys:
+        if key in hyperparameters:
+            value = hyperparameters[key]
+            parts.append(f"{key.split('_')[0][:5]}={value:.2g}" if isinstance(value, float) else f"{key[:5]}={value}")
+    return " ".join(parts)

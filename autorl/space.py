@@ -1,0 +1,118 @@
+"""The stage hyperparameter space (``space.toml``): bounds, log scales, choices.
+
+Every proposer draws inside it and every proposal is checked against it, so a value
+outside the space never reaches a trial.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from autorl.errors import ProposalError, TemplateError
+
+
+class Param(BaseModel):
+    """One dimension of the space."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    type: Literal["float", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+    default: Any
+    help: str = ""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Param":
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError(f"{self.name}: a categorical needs a non-empty 'choices' list")
+            if self.default not in self.choices:
+                raise ValueError(f"{self.name}: default {self.default!r} is not one of {self.choices}")
+        else:
+            if self.low is None or self.high is None or not self.low < self.high:
+                raise ValueError(f"{self.name}: needs numeric low < high")
+            if self.log and self.low <= 0:
+                raise ValueError(f"{self.name}: a log scale needs low > 0")
+            if not self.low <= self.default <= self.high:
+                raise ValueError(f"{self.name}: default {self.default} is outside [{self.low}, {self.high}]")
+        return self
+
+    def check(self, value: Any) -> Any:
+        """Return ``value`` in this parameter's type, or raise ProposalError saying why not."""
+        if self.type == "categorical":
+            if value not in self.choices:
+                raise ProposalError(f"{self.name}={value!r} is not one of {self.choices}")
+            return self.choices[self.choices.index(value)]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ProposalError(f"{self.name}={value!r} is not a finite number")
+        if self.type == "int":
+            if int(value) != value:
+                raise ProposalError(f"{self.name}={value!r} must be an integer")
+            value = int(value)
+        if not self.low <= value <= self.high:
+            raise ProposalError(f"{self.name}={value!r} is outside [{self.low:g}, {self.high:g}]")
+        return float(value) if self.type == "float" else value
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.type == "categorical":
+            return optuna.distributions.CategoricalDistribution(self.choices)
+        if self.type == "int":
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log)
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
+
+    def sample(self, rng: random.Random) -> Any:
+        if self.type == "categorical":
+            return rng.choice(self.choices)
+        if self.type == "int":
+            return rng.randint(int(self.low), int(self.high))
+        if self.log:
+            return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        return rng.uniform(self.low, self.high)
+
+
+class SearchSpace:
+    """An ordered set of Params loaded from ``space.toml``."""
+
+    def __init__(self, params: list[Param]):
+        self.params = {param.name: param for param in params}
+
+    @classmethod
+    def from_toml(cls, path: Path) -> "SearchSpace":
+        try:
+            raw = tomllib.loads(path.read_text())
+            return cls([Param(name=name, **fields) for name, fields in raw.items()])
+        except (tomllib.TOMLDecodeError, ValidationError, TypeError) as exc:
+            raise TemplateError(f"{path}: invalid search space: {exc}") from exc
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: param.default for name, param in self.params.items()}
+
+    def check(self, values: dict[str, Any]) -> dict[str, Any]:
+        """Validate a complete assignment; unknown or missing names are errors."""
+        unknown = sorted(set(values) - set(self.params))
+        if unknown:
+            raise ProposalError(f"unknown hyperparameters {unknown}; the space has {sorted(self.params)}")
+        missing = sorted(set(self.params) - set(values))
+        if missing:
+            raise ProposalError(f"missing hyperparameters {missing}")
+        return {name: self.params[name].check(values[name]) for name in self.params}
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return {name: param.distribution() for name, param in self.params.items()}
+
+    def sample(self, rng: random.Random) -> dict[str, Any]:
+        return {name: param.sample(rng) for name, param in self.params.items()}
+
+    def describe(self) -> list[dict]:
+        return [param.model_dump(exclude_none=True) for param in self.params.values()]

@@ -1,0 +1,82 @@
+"""Running one training stage: write the spec, launch train.py, stream its metrics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from autorl.executor import LocalExecutor, RunResult, scrubbed_env
+from autorl.spec import TrialSpec
+
+
+class MetricsTail:
+    """Reads the complete lines appended to a JSON-lines file since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.records: list[dict] = []
+
+    def read_new(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        new = []
+        for line in complete.decode(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # untrusted output: skip what is not a JSON object
+            if isinstance(record, dict):
+                new.append(record)
+        self.records.extend(new)
+        return new
+
+
+@dataclass
+class StageOutcome:
+    result: RunResult
+    records: list[dict] = field(default_factory=list)
+    checkpoint: Path | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+class StageRunner:
+    """Launches ``train.py`` from the workspace for one node."""
+
+    def __init__(self, workspace: Path, executor: LocalExecutor | None = None):
+        self.workspace = workspace
+        self.executor = executor or LocalExecutor()
+
+    def run(self, spec: TrialSpec, node_dir: Path, on_step: Callable[[dict], None] | None = None) -> StageOutcome:
+        node_dir.mkdir(parents=True, exist_ok=True)
+        spec_path = spec.write(node_dir / "spec.json")
+        tail = MetricsTail(Path(spec.metrics_path))
+
+        def poll() -> None:
+            for record in tail.read_new():
+                if on_step:
+                    on_step(record)
+
+        argv = [sys.executable, str(self.workspace / "train.py"), "--spec", str(spec_path)]
+        result = self.executor.run(
+            argv, cwd=node_dir, wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), on_poll=poll
+        )
+        checkpoint = Path(spec.output_dir) / "checkpoint"
+        reason = result.failure_reason(spec.wall_seconds)
+        if reason is None and not result.footer:
+            reason = "no result footer: train.py ended without printing '---' and its key: value lines"
+        elif reason is None and not checkpoint.is_dir():
+            reason = f"train.py finished but wrote no checkpoint at {checkpoint}"
+        return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason)

@@ -1,0 +1,181 @@
+"""MLflow as the store of record.
+
+A session is a parent run; each node is a child run (``mlflow.parentRunId``) with its
+hyperparameters as params, its identity and outcome as tags, TRL's per-step metrics
+(global step = steps of all earlier stages on its path + local step), and its spec,
+logs, metrics, diff and evaluation as artifacts. ``autorl ls`` and ``show`` read
+everything back from here, so what MLflow shows is what autorl knows.
+
+Default store: SQLite at ``runs/mlflow.db`` with artifacts in ``runs/mlartifacts``;
+it is created (and its schema migrated) once, before any trial starts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+from autorl.errors import TrackingError
+
+EXPERIMENT = "autorl"
+SESSION_KIND = "session"
+NODE_KIND = "node"
+_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
+
+
+def default_uri(runs_dir: Path) -> str:
+    return f"sqlite:///{runs_dir / 'mlflow.db'}"
+
+
+def probe_http(uri: str, timeout: float = 5.0) -> None:
+    """Fail fast when a tracking server does not answer (MLflow itself retries for minutes)."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+            response.read()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise TrackingError(f"tracking server {uri} does not answer ({exc}); start it or pass another --tracking-uri") from exc
+
+
+def tag_filter(key: str, value: str) -> str:
+    return f"tags.`{key}` = '{value}'"
+
+
+class Tracker:
+    """Writes and reads autorl's sessions and nodes in one MLflow store."""
+
+    def __init__(self, uri: str, artifact_root: Path | None = None):
+        self.uri = uri
+        self.artifact_root = artifact_root
+        self._client = None
+        self._experiment_id: str | None = None
+
+    @classmethod
+    def for_runs_dir(cls, runs_dir: Path, uri: str | None = None) -> "Tracker":
+        return cls(uri or default_uri(runs_dir), runs_dir / "mlartifacts")
+
+    @property
+    def client(self):
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    # -- store ------------------------------------------------------------------------
+
+    def ensure_store(self) -> str:
+        """Reach (and for SQLite create and migrate) the store; return the experiment id."""
+        if self._experiment_id:
+            return self._experiment_id
+        if self.uri.startswith(("http://", "https://")):
+            probe_http(self.uri)
+        try:
+            experiment = self.client.get_experiment_by_name(EXPERIMENT)
+            if experiment is None:
+                location = self.artifact_root.resolve().as_uri() if self.artifact_root else None
+                self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
+            else:
+                self._experiment_id = experiment.experiment_id
+        except Exception as exc:  # MLflow raises many kinds; the user needs one line
+            raise TrackingError(f"cannot open tracking store {self.uri}: {str(exc).splitlines()[0]}") from exc
+        return self._experiment_id
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def find_session(self, name: str):
+        runs = self.client.search_runs(
+            [self.ensure_store()],
+            filter_string=f"{tag_filter('autorl.kind', SESSION_KIND)} and {tag_filter('autorl.session', name)}",
+            max_results=1,
+        )
+        return runs[0] if runs else None
+
+    def sessions(self) -> list:
+        return self.client.search_runs(
+            [self.ensure_store()], filter_string=tag_filter("autorl.kind", SESSION_KIND), order_by=["start_time DESC"]
+        )
+
+    def start_session(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
+        run = self.client.create_run(
+            self.ensure_store(),
+            run_name=name,
+            tags={"autorl.kind": SESSION_KIND, "autorl.session": name, "autorl.status": "running", **tags},
+        )
+        self.client.log_batch(run.info.run_id, params=_params(params))
+        return run.info.run_id
+
+    def end_session(self, run_id: str, status: str, reason: str = "") -> None:
+        """status: finished | failed | stopped."""
+        self.set_tags(run_id, {"autorl.status": status, "autorl.reason": reason})
+        mlflow_status = {"finished": "FINISHED", "failed": "FAILED", "stopped": "KILLED"}[status]
+        self.client.set_terminated(run_id, status=mlflow_status)
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def start_node(self, session_run_id: str, session: str, node_id: str, tags: dict[str, str], params: dict) -> str:
+        run = self.client.create_run(
+            self.ensure_store(),
+            run_name=node_id,
+            tags={
+                "mlflow.parentRunId": session_run_id,
+                "autorl.kind": NODE_KIND,
+                "autorl.session": session,
+                "autorl.node_id": node_id,
+                **tags,
+            },
+        )
+        self.client.log_batch(run.info.run_id, params=_params(params))
+        return run.info.run_id
+
+    def node_runs(self, session_run_id: str) -> list:
+        runs = self.client.search_runs(
+            [self.ensure_store()],
+            filter_string=f"{tag_filter('mlflow.parentRunId', session_run_id)} and {tag_filter('autorl.kind', NODE_KIND)}",
+            max_results=5000,
+        )
+        return sorted(runs, key=lambda r: r.data.tags.get("autorl.node_id", ""))
+
+    def end_node(self, run_id: str, failed: bool) -> None:
+        self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
+    # -- shared ---------------------------------------------------------------------------
+
+    def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+
+    def log_metrics(self, run_id: str, values: dict[str, float], step: int = 0) -> None:
+        self.log_step_records(run_id, [{"step": step, **values}], offset=0)
+
+    def log_step_records(self, run_id: str, records: Iterable[dict], offset: int) -> None:
+        """Per-step metric dicts (``step`` plus numeric keys), shifted by ``offset``."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(key, float(value), now, offset + int(record.get("step", 0)))
+            for record in records
+            for key, value in record.items()
+            if key != "step" and isinstance(value, (int, float)) and value == value  # drop NaN
+        ]
+        for start in range(0, len(metrics), _BATCH):
+            self.client.log_batch(run_id, metrics=metrics[start : start + _BATCH])
+
+    def log_artifacts(self, run_id: str, paths: Iterable[Path], artifact_path: str | None = None) -> None:
+        for path in paths:
+            if path.is_file():
+                self.client.log_artifact(run_id, str(path), artifact_path)
+
+    def log_text(self, run_id: str, text: str, name: str) -> None:
+        self.client.log_text(run_id, text, name)
+
+
+def _params(values: dict[str, Any]):
+    from mlflow.entities import Param
+
+    return [Param(str(k), json.dumps(v) if isinstance(v, (dict, list)) else str(v)) for k, v in values.items()]

@@ -1,0 +1,63 @@
+"""The session workspace: a git repository copied from the template.
+
+``train.py`` is the only file experiments change; every change is one commit, and every
+node records the commit it ran, so any result can be reproduced with ``git checkout``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+
+from autorl.template import Template, copy_to
+
+TRAIN_SCRIPT = "train.py"
+
+
+class Workspace:
+    def __init__(self, path: Path):
+        self.path = path
+        self.repo = git.Repo(path)
+
+    @classmethod
+    def create(cls, template: Template, path: Path) -> "Workspace":
+        """Copy the template into ``path`` and commit it as the starting point."""
+        copy_to(template, path)
+        repo = git.Repo.init(path, initial_branch="main")
+        with repo.config_writer() as config:
+            config.set_value("user", "name", "autorl")
+            config.set_value("user", "email", "autorl@localhost")
+        (path / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+        repo.git.add(A=True)
+        repo.index.commit(f"template {template.name}")
+        return cls(path)
+
+    @property
+    def head(self) -> str:
+        return self.repo.head.commit.hexsha
+
+    @property
+    def root_commit(self) -> str:
+        return next(c.hexsha for c in self.repo.iter_commits(rev="HEAD") if not c.parents)
+
+    @property
+    def train_script(self) -> Path:
+        return self.path / TRAIN_SCRIPT
+
+    def train_script_at(self, commit: str) -> str:
+        return self.repo.git.show(f"{commit}:{TRAIN_SCRIPT}")
+
+    def checkout_train_script(self, commit: str) -> None:
+        """Put ``train.py`` as it was at ``commit`` in the working tree."""
+        self.repo.git.checkout(commit, "--", TRAIN_SCRIPT)
+
+    def commit_train_script(self, text: str, message: str) -> str:
+        """Write a new ``train.py``, commit it, and return the commit."""
+        self.train_script.write_text(text)
+        self.repo.index.add([TRAIN_SCRIPT])
+        return self.repo.index.commit(message).hexsha
+
+    def diff_from_template(self, commit: str) -> str:
+        """Unified diff of ``train.py`` between the template and ``commit`` (empty if none)."""
+        return self.repo.git.diff(self.root_commit, commit, "--", TRAIN_SCRIPT)
