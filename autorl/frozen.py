@@ -45,15 +45,17 @@ class FrozenGuard:
 
     def changes(self) -> list[str]:
         actual = hash_tree(self.root)
-        changed = [f"{p} (modified)" for p in self.expected if p in actual and actual[p] != self.expected[p]]
-        missing = [f"{p} (deleted)" for p in self.expected if p not in actual]
-        added = [f"{p} (added)" for p in actual if p not in self.expected]
+        prefix = self.root.name
+        changed = [f"{prefix}/{p} (modified)" for p in self.expected if p in actual and actual[p] != self.expected[p]]
+        missing = [f"{prefix}/{p} (deleted)" for p in self.expected if p not in actual]
+        added = [f"{prefix}/{p} (added)" for p in actual if p not in self.expected]
         return changed + missing + added
 
     def check(self) -> None:
         changes = self.changes()
         if changes:
             raise FrozenFileError(
-                f"evaluation refused: frozen files under {self.root} changed since the session started: "
+                "evaluation refused: frozen files changed since the session started: "
                 + ", ".join(changes)
+                + f" (in {self.root.parent}); scores from a changed evaluator cannot be trusted"
             )

@@ -13,6 +13,7 @@ from autorl.report import schedule_text
 from autorl.tree import Node, Status, Tree
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow", "pending": "dim"}
+STATUS_SHORT = {"succeeded": "ok", "failed": "failed", "running": "running", "pending": "pending"}
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -21,18 +22,19 @@ def fmt(value: float | None, digits: int = 3) -> str:
 
 def nodes_table(tree: Tree, title: str = "") -> Table:
     table = Table(title=title or None, expand=False, header_style="bold")
-    for column in ("node", "parent", "status", "val ± se", "Δ parent", "train reward", "steps", "s", "schedule"):
-        table.add_column(column, justify="right" if column not in ("node", "parent", "status", "schedule") else "left")
+    for column in ("node", "from", "status", "val ± se", "Δ", "reward", "steps", "s", "schedule"):
+        table.add_column(column, justify="left" if column in ("node", "from", "status", "schedule") else "right",
+                         no_wrap=column != "schedule")
     best = tree.best()
     for node in tree.nodes.values():
         parent_score = tree.score_of(node.parent)
         delta = None if node.val_score is None or parent_score is None else node.val_score - parent_score
-        val = "-" if node.val_score is None else f"{node.val_score:.3f} ± {node.val_stderr:.3f}"
+        val = "-" if node.val_score is None else f"{node.val_score:.3f}±{node.val_stderr:.3f}"
         style = STATUS_STYLE.get(node.status.value, "")
         table.add_row(
             Text(node.id + (" ★" if best is not None and node.id == best.id else ""), style="bold" if best is node else ""),
             node.parent or "base",
-            Text(node.status.value, style=style),
+            Text(STATUS_SHORT[node.status.value], style=style),
             val,
             "-" if delta is None else f"{delta:+.3f}",
             fmt(node.train_reward),

@@ -88,11 +88,14 @@ def path_to(nodes: list[dict], node_id: str) -> list[str]:
     return path[::-1]
 
 
-def schedule_text(hyperparameters: dict[str, Any], keys: tuple[str, ...] = ("learning_rate", "temperature",
-                                                                            "num_generations", "max_steps")) -> str:
+SHORT_NAMES = {"learning_rate": "lr", "temperature": "T", "num_generations": "G", "max_steps": "steps", "beta": "β"}
+
+
+def schedule_text(hyperparameters: dict[str, Any]) -> str:
+    """A compact one-line view of a stage's key hyperparameters, e.g. ``lr=5e-05 T=1 G=8 steps=20``."""
     parts = []
-    for key in keys:
+    for key, short in SHORT_NAMES.items():
         if key in hyperparameters:
             value = hyperparameters[key]
-            parts.append(f"{key.split('_')[0][:5]}={value:.2g}" if isinstance(value, float) else f"{key[:5]}={value}")
+            parts.append(f"{short}={value:.2g}" if isinstance(value, float) else f"{short}={value}")
     return " ".join(parts)

@@ -60,7 +60,11 @@ class Tracker:
     @property
     def client(self):
         if self._client is None:
+            import logging
+
             from mlflow.tracking import MlflowClient
+
+            logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-migration chatter
 
             self._client = MlflowClient(tracking_uri=self.uri)
         return self._client

@@ -1,0 +1,3 @@
+from autorl.cli import app
+
+app(prog_name="autorl")

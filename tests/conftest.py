@@ -1,0 +1,73 @@
+"""Shared fixtures: isolated runs directories and editable template copies.
+
+No network and no mocks of autorl's own code: tests run the real CLI, real MLflow on
+a temporary SQLite file, real git, real Optuna storage and real TRL on the tiny model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autorl import template as templates
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
+AUTORL = [sys.executable, "-m", "autorl"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_runs(tmp_path, monkeypatch):
+    """Every test gets its own runs directory; nothing touches ./runs."""
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("AUTORL_RUNS_DIR", str(runs))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # only --tracking-uri may point elsewhere
+    return runs
+
+
+@pytest.fixture
+def runs_dir(isolated_runs) -> Path:
+    return isolated_runs
+
+
+def make_template(dest: Path, train_py: str | None = None, space: dict | None = None, wall_seconds: int | None = None) -> Path:
+    """Copy the arith template to ``dest``, optionally replacing train.py, narrowing the space
+    (``{"max_steps": "[4]"}`` sets choices) or the stage wall budget."""
+    templates.copy_to(templates.load("arith"), dest)
+    if train_py is not None:
+        (dest / "train.py").write_text((EXPERIMENTS / train_py).read_text())
+    if space:
+        text = (dest / "space.toml").read_text()
+        for name, choices in space.items():
+            text = re.sub(rf"(\[{name}\]\ntype = \"categorical\"\nchoices = )\[[^\]]*\]\ndefault = [^\n]*",
+                          lambda m: f"{m.group(1)}{choices}\ndefault = {choices.strip('[]').split(',')[0]}", text)
+        (dest / "space.toml").write_text(text)
+    if wall_seconds is not None:
+        constants = dest / "env" / "constants.toml"
+        constants.write_text(re.sub(r"wall_seconds = \d+", f"wall_seconds = {wall_seconds}", constants.read_text()))
+    return dest
+
+
+def run_cli(*args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real ``autorl`` command in a subprocess."""
+    return subprocess.run(
+        [*AUTORL, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})}
+    )
+
+
+@pytest.fixture
+def tracker(runs_dir):
+    from autorl.config import prepare_runs_dir
+    from autorl.tracking import Tracker
+
+    return Tracker.for_runs_dir(prepare_runs_dir(runs_dir))
+
+
+def copy_model(src: Path, dest: Path) -> None:
+    shutil.copytree(src, dest)

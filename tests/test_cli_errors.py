@@ -1,0 +1,83 @@
+"""Bad input: one clear line, a non-zero exit, no traceback, nothing half-created."""
+
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from autorl.cli import app
+from conftest import make_template
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output + (result.stderr if result.stderr_bytes is not None else "")
+
+
+def assert_clean_error(code, output, fragment):
+    assert code == 1, output
+    assert "error:" in output and fragment in output
+    assert "Traceback" not in output
+
+
+def test_unknown_template():
+    assert_clean_error(*invoke("research", "t", "--template", "nosuch"), "unknown template 'nosuch'")
+
+
+def test_template_missing_files(tmp_path):
+    template = make_template(tmp_path / "tpl")
+    (template / "env" / "evaluate.py").unlink()
+    assert_clean_error(*invoke("research", "t", "--template", str(template)), "missing env/evaluate.py")
+
+
+def test_template_without_base_model(tmp_path):
+    template = make_template(tmp_path / "tpl")
+    shutil.rmtree(template / "env" / "base_model")
+    assert_clean_error(*invoke("research", "t", "--template", str(template)), "base model")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--time", "soon"], "bad duration 'soon'"),
+    (["--stages", "0"], "--stages must be at least 1"),
+    (["--strategy", "magic"], "unknown strategy"),
+])
+def test_bad_options(args, fragment):
+    assert_clean_error(*invoke("research", "t", *args), fragment)
+
+
+def test_unwritable_runs_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert_clean_error(*invoke("research", "t", "--runs-dir", str(blocker / "runs")), "not writable")
+
+
+def test_tracking_uri_that_does_not_answer(runs_dir):
+    code, output = invoke("research", "t", "--tracking-uri", "http://127.0.0.1:9")
+    assert_clean_error(code, output, "does not answer")
+    assert not (runs_dir / "sessions").exists()
+
+
+def test_show_unknown_session():
+    assert_clean_error(*invoke("show", "ghost"), "no session named 'ghost'")
+
+
+def test_duplicate_session_name(tmp_path, runs_dir):
+    from autorl import template as templates
+    from autorl.config import make_config, prepare_runs_dir
+    from autorl.session import create_session
+    from autorl.tracking import Tracker
+
+    tracker = Tracker.for_runs_dir(prepare_runs_dir(runs_dir))
+    template = templates.load("arith")
+    create_session(make_config(name="dup", topic="t", template="arith", runs_dir=runs_dir, tracking_uri=tracker.uri),
+                   template, tracker)
+    assert_clean_error(*invoke("research", "t", "--name", "dup"), "already exists")
+
+
+def test_init_copies_an_editable_template(tmp_path):
+    code, output = invoke("init", str(tmp_path / "mine"))
+    assert code == 0, output
+    assert (tmp_path / "mine" / "train.py").is_file() and (tmp_path / "mine" / "env" / "base_model").is_dir()
+    assert_clean_error(*invoke("init", str(tmp_path / "mine")), "not empty")

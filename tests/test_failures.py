@@ -1,0 +1,55 @@
+"""Misbehaving experiments: the node fails with a reason, the session goes on or stops cleanly."""
+
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autorl import template as templates
+from autorl.config import make_config
+from autorl.errors import FrozenFileError
+from autorl.session import create_session
+from conftest import make_template, run_cli
+
+
+def test_crashing_and_hanging_stages_fail_and_the_session_finishes(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="crash_or_hang_train.py", wall_seconds=4)
+    done = run_cli("research", "robustness", "--template", str(template), "--stages", "3", "--name", "bad")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(run_cli("show", "bad", "--json").stdout)
+    crashed, hung, fine = data["nodes"]
+    assert crashed["status"] == "failed" and "RuntimeError: deliberate crash in train.py" in crashed["reason"]
+    assert hung["status"] == "failed" and "timed out after 4s" in hung["reason"]
+    assert fine["status"] == "succeeded" and data["status"] == "finished"
+    assert crashed["mlflow_status"] == hung["mlflow_status"] == "FAILED"
+    assert data["best"]["id"] == fine["id"]
+
+
+def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, tracker):
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py")))
+    config = make_config(name="guarded", topic="t", template=str(template.path), stages=3,
+                         runs_dir=runs_dir, tracking_uri=tracker.uri)
+    controller = create_session(config, template, tracker)
+    controller.score_base()
+    first = controller.step()
+    assert first.scored
+
+    evaluator = controller.parts.workspace.path / "env" / "evaluate.py"
+    evaluator.chmod(0o644)
+    evaluator.write_text(evaluator.read_text().replace('"mean": mean', '"mean": 1.0'))
+    with pytest.raises(FrozenFileError, match=r"evaluation refused.*env/evaluate.py \(modified\)"):
+        controller.run()
+    run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
+    assert run.info.status == "FAILED"
+    assert "evaluate.py (modified)" in run.data.tags["autorl.reason"]
+
+
+def test_experiment_that_tampers_with_the_env_stops_the_session(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="tamper_train.py")
+    done = run_cli("research", "tamper", "--template", str(template), "--stages", "2", "--name", "tamper")
+    assert done.returncode == 1
+    assert "evaluation refused" in done.stderr and "env/task.py (modified)" in done.stderr
+    assert "Traceback" not in done.stderr
+    data = json.loads(run_cli("show", "tamper", "--json").stdout)
+    assert data["status"] == "failed" and len(data["nodes"]) == 1
+    assert data["nodes"][0]["status"] == "failed" and data["nodes"][0]["val_score"] is None

@@ -1,0 +1,46 @@
+import pytest
+
+from autorl import template as templates
+from autorl.errors import FrozenFileError
+from autorl.frozen import FrozenGuard
+from autorl.workspace import Workspace
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return Workspace.create(templates.load("arith"), tmp_path / "ws")
+
+
+def test_workspace_is_a_git_repo_with_the_template(workspace):
+    assert workspace.repo.head.commit.message.startswith("template arith")
+    assert (workspace.path / "env" / "base_model" / "model.safetensors").is_file()
+    assert not workspace.repo.is_dirty(untracked_files=True)
+
+
+def test_train_script_commits_and_diff(workspace):
+    original = workspace.head
+    text = workspace.train_script.read_text().replace("per_device_train_batch_size=64", "per_device_train_batch_size=32")
+    commit = workspace.commit_train_script(text, "smaller batch")
+    assert commit != original and workspace.head == commit
+    diff = workspace.diff_from_template(commit)
+    assert "-        per_device_train_batch_size=64" in diff and "+        per_device_train_batch_size=32" in diff
+    assert workspace.diff_from_template(original) == ""
+    assert "per_device_train_batch_size=64" in workspace.train_script_at(original)
+
+
+@pytest.mark.parametrize("change", ["modify", "delete", "add"])
+def test_guard_detects_every_kind_of_change(workspace, change):
+    env = workspace.path / "env"
+    guard = FrozenGuard.record(env)
+    guard.check()
+    target = env / "constants.toml"
+    if change == "modify":
+        target.chmod(0o644)
+        target.write_text(target.read_text() + "\n# tampered\n")
+    elif change == "delete":
+        target.unlink()
+    else:
+        (env / "__pycache__").mkdir()
+        (env / "__pycache__" / "task.cpython-311.pyc").write_bytes(b"evil")
+    with pytest.raises(FrozenFileError, match="evaluation refused"):
+        guard.check()
