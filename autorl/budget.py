@@ -40,3 +40,8 @@ class Budget:
         """A stage's wall budget: the template's limit, cut to the time the session has left."""
         left = self.seconds_left
         return stage_limit if left is None else max(1.0, min(stage_limit, left))
+
+    def describe(self) -> str:
+        left = self.seconds_left
+        text = f"{self.spent_stages} of {self.max_stages} stages spent"
+        return text + (f", {left:.0f}s of wall time left" if left is not None else "")

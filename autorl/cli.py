@@ -18,6 +18,8 @@ from autorl.errors import AutorlError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Autonomous research agent for RL post-training.")
 console = Console()
+if not console.is_terminal:  # logs and CI: wide enough that tables stay on one line per row
+    console = Console(width=140)
 err_console = Console(stderr=True)
 
 RunsDir = typer.Option(None, "--runs-dir", envvar="AUTORL_RUNS_DIR", help="Where stores and sessions live [default: ./runs].")

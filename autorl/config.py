@@ -6,11 +6,12 @@ import os
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autorl.errors import ConfigError
 
-STRATEGIES = ("optuna", "random")
+STRATEGIES = ("optuna", "random", "llm", "hybrid")
+LLM_STRATEGIES = ("llm", "hybrid")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -66,6 +67,12 @@ class SessionConfig(BaseModel):
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
     runs_dir: Path
     tracking_uri: str
+    llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
+    llm_base_url: str | None = Field(None, description="Endpoint URL [default: OPENAI_BASE_URL or OpenAI].")
+    llm_timeout_s: float = Field(60.0, description="Timeout of one LLM request attempt.")
+    llm_retries: int = Field(3, description="Retries of a failed LLM request (429, 5xx, timeouts).")
+    max_llm_tokens: int | None = Field(None, description="Stop asking the LLM after this many tokens.")
+    max_llm_cost: float | None = Field(None, description="Stop asking the LLM after this many dollars.")
 
     @field_validator("stages")
     @classmethod
@@ -94,6 +101,12 @@ class SessionConfig(BaseModel):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
             raise ValueError(f"bad session name {value!r}: use letters, digits, '.', '_' or '-' (max 64)")
         return value
+
+    @model_validator(mode="after")
+    def _llm_strategy_needs_a_model(self) -> "SessionConfig":
+        if self.strategy in LLM_STRATEGIES and not self.llm_model:
+            raise ValueError(f"--strategy {self.strategy} needs an LLM: pass --llm MODEL (and --llm-base-url URL)")
+        return self
 
     @property
     def session_dir(self) -> Path:

@@ -19,7 +19,7 @@ from autorl.errors import AutorlError, CheckpointError, FrozenFileError
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
-from autorl.proposers.base import Proposal, Proposer
+from autorl.proposers.base import Proposal, ProposalDropped, Proposer
 from autorl.spec import TrialSpec
 from autorl.stage import StageOutcome, StageRunner
 from autorl.template import Template
@@ -46,6 +46,7 @@ class Controller:
         parts: Collaborators,
         session_run_id: str,
         observer: Observer | None = None,
+        budget: Budget | None = None,
     ):
         self.config = config
         self.template = template
@@ -53,7 +54,8 @@ class Controller:
         self.session_run_id = session_run_id
         self.observer = observer or Observer()
         self.tree = Tree()
-        self.budget = Budget(config.stages, config.time_budget_s)
+        self.budget = budget or Budget(config.stages, config.time_budget_s)
+        self.dropped_proposals = 0
         self.status = "running"
         self.reason = ""
 
@@ -82,10 +84,16 @@ class Controller:
             raise
         return self.tree
 
-    def step(self) -> Node:
-        """Propose, train, score and record one stage."""
+    def step(self) -> Node | None:
+        """Propose, train, score and record one stage (None when the proposal was dropped)."""
         parent = self.parts.policy.select(self.tree)
-        proposal = self.parts.proposer.propose(self.tree, parent)
+        try:
+            proposal = self.parts.proposer.propose(self.tree, parent)
+        except ProposalDropped as exc:
+            self.dropped_proposals += 1
+            self.observer.message(str(exc))
+            self.log_llm_usage()
+            return None
         node = self.create_node(proposal)
         self.budget.charge_stage()
         self.observer.stage_started(node, self.tree)
@@ -106,25 +114,45 @@ class Controller:
     def create_node(self, proposal: Proposal) -> Node:
         parent = self.tree.nodes.get(proposal.parent) if proposal.parent else None
         hyperparameters = self.template.space.check(proposal.hyperparameters)
+        node_id = self.tree.next_id()
         node = Node(
-            id=self.tree.next_id(),
+            id=node_id,
             parent=proposal.parent,
             depth=1 if parent is None else parent.depth + 1,
             hyperparameters=hyperparameters,
             seed=self.config.seed * 1000 + len(self.tree.nodes) + 1,
-            proposer=self.parts.proposer.name,
-            commit=self.parts.workspace.head,
+            proposer=proposal.proposer or self.parts.proposer.name,
+            commit=self.commit_for(parent, proposal, node_id),
             step_offset=0 if parent is None else parent.step_offset + parent.steps,
         )
         if proposal.optuna_trial is not None:
             node.extra["optuna_trial"] = proposal.optuna_trial
-        node.extra["rationale"] = proposal.rationale
+        node.extra.update(rationale=proposal.rationale, expected_effect=proposal.expected_effect,
+                          edited=proposal.train_py is not None)
         self.tree.add(node)
         node.mlflow_run_id = self.parts.tracker.start_node(
             self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters
         )
+        if proposal.transcript:
+            self.parts.tracker.log_text(node.mlflow_run_id, _json(proposal.transcript), "llm_transcript.json")
+        self.log_llm_usage()
         node.status = Status.RUNNING
         return node
+
+    def commit_for(self, parent: Node | None, proposal: Proposal, node_id: str) -> str:
+        """The train.py commit a node runs: its parent's, plus one new commit for an edit."""
+        workspace = self.parts.workspace
+        base_commit = parent.commit if parent else workspace.root_commit
+        if proposal.train_py is None:
+            return base_commit
+        summary = (proposal.rationale or "edit").splitlines()[0][:72]
+        return workspace.commit_train_script(proposal.train_py, f"{node_id}: {summary}")
+
+    def log_llm_usage(self) -> None:
+        client = getattr(self.parts.proposer, "client", None)
+        if client is not None:
+            metrics = client.usage.as_metrics() | {"llm_dropped_proposals": self.dropped_proposals}
+            self.parts.tracker.log_metrics(self.session_run_id, metrics, step=len(self.tree.nodes))
 
     def node_dir(self, node_id: str) -> Path:
         return self.session_dir / "nodes" / node_id
@@ -136,6 +164,7 @@ class Controller:
 
     def train(self, node: Node) -> StageOutcome:
         node_dir = self.node_dir(node.id)
+        self.parts.workspace.checkout_train_script(node.commit)
         spec = TrialSpec(
             node_id=node.id,
             init_checkpoint=str(self.init_checkpoint(node)),
@@ -206,6 +235,8 @@ class Controller:
             "mlflow.source.git.commit": node.commit,
             "autorl.hyperparameters": _json(node.hyperparameters),
             "autorl.rationale": node.extra.get("rationale", ""),
+            "autorl.expected_effect": node.extra.get("expected_effect", ""),
+            "autorl.edited": node.extra.get("edited", False),
         }
         if "optuna_trial" in node.extra:
             tags["autorl.optuna_trial"] = node.extra["optuna_trial"]
@@ -259,3 +290,4 @@ def _json(value) -> str:
     import json
 
     return json.dumps(value, sort_keys=True)
+

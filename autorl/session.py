@@ -12,7 +12,10 @@ import secrets
 import time
 
 from autorl import hpo
-from autorl.config import SessionConfig
+from autorl.budget import Budget
+from autorl.config import LLM_STRATEGIES, SessionConfig
+from autorl.context import ContextBuilder
+from autorl.llm import LLMClient, LLMSettings, ReplyCache
 from autorl.controller import Collaborators, Controller
 from autorl.errors import SessionError
 from autorl.evaluate import FrozenEvaluator
@@ -20,6 +23,7 @@ from autorl.frozen import FrozenGuard
 from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
 from autorl.proposers import RandomProposer, TpeProposer
+from autorl.proposers.llm import LLMProposer
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
@@ -31,27 +35,42 @@ def new_session_name(topic: str) -> str:
     return f"{slug}-{time.strftime('%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
-def make_proposer(config: SessionConfig, template: Template):
+def make_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
+                  api_key: str | None, notify):
     if config.strategy == "random":
         return RandomProposer(template.space, seed=config.seed)
     study = hpo.open_study(config.runs_dir, config.name, config.seed)
-    return TpeProposer(template.space, study)
+    if config.strategy not in LLM_STRATEGIES:
+        return TpeProposer(template.space, study)
+    settings = LLMSettings(
+        model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
+        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
+    )
+    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"))
+    context = ContextBuilder(template.program, config.topic, template.space, config.session_dir)
+    return LLMProposer(
+        template.space, client, context, study, workspace=workspace,
+        max_depth=config.max_depth, hybrid=config.strategy == "hybrid", budget_text=budget.describe, notify=notify,
+    )
+
 
 
 def create_session(config: SessionConfig, template: Template, tracker: Tracker,
-                   observer: Observer | None = None) -> Controller:
+                   observer: Observer | None = None, api_key: str | None = None) -> Controller:
     tracker.ensure_store()
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
+    budget = Budget(config.stages, config.time_budget_s)
+    relay = MessageRelay()
     parts = Collaborators(
         tracker=tracker,
         workspace=workspace,
         evaluator=FrozenEvaluator(workspace.path, guard),
         runner=StageRunner(workspace.path),
-        proposer=make_proposer(config, template),
+        proposer=make_proposer(config, template, workspace, budget, api_key, relay),
         policy=BestFirstPolicy(config.max_depth, seed=config.seed),
     )
     run_id = tracker.start_session(
@@ -68,4 +87,16 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     )
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
-    return Controller(config, template, parts, run_id, observer)
+    controller = Controller(config, template, parts, run_id, observer, budget=budget)
+    relay.target = controller
+    return controller
+
+
+class MessageRelay:
+    """Forwards a proposer's notices to whatever observer the controller has by then."""
+
+    target = None
+
+    def __call__(self, text: str) -> None:
+        if self.target is not None:
+            self.target.observer.message(text)

@@ -6,7 +6,12 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autorl.edits import EditBlock
 from autorl.tree import Node, Tree
+
+
+class ProposalDropped(Exception):
+    """A proposal stayed invalid after its repairs: no node is created for it."""
 
 
 class Proposal(BaseModel):
@@ -18,7 +23,11 @@ class Proposal(BaseModel):
     hyperparameters: dict[str, Any]
     rationale: str = ""
     expected_effect: str = ""
+    edit: list[EditBlock] = Field(default_factory=list, description="Search/replace blocks on train.py.")
+    train_py: str | None = Field(None, description="The parent's train.py with the edit applied, if any.")
     optuna_trial: int | None = Field(None, description="Trial number when Optuna chose the values.")
+    proposer: str | None = Field(None, description="Who proposed it, when not the session's proposer.")
+    transcript: list[dict] = Field(default_factory=list, description="LLM messages and replies behind it.")
 
 
 class Proposer(Protocol):

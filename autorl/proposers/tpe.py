@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import optuna
 
+from autorl.hpo import record_node
 from autorl.proposers.base import Proposal
 from autorl.space import SearchSpace
 from autorl.tree import Node, Tree
@@ -32,11 +33,4 @@ class TpeProposer:
         return Proposal(parent=parent, hyperparameters=values, rationale="TPE sample", optuna_trial=trial.number)
 
     def observe(self, tree: Tree, node: Node) -> None:
-        number = node.extra.get("optuna_trial")
-        if number is None:
-            return
-        if node.scored:
-            gain = node.val_score - (tree.score_of(node.parent) or 0.0)
-            self.study.tell(number, gain, skip_if_finished=True)
-        else:
-            self.study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+        record_node(self.study, self.space, tree, node)

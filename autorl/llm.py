@@ -1,0 +1,214 @@
+"""The LLM client: any OpenAI-compatible endpoint through the ``openai`` package.
+
+- Timeouts and retries are explicit (the SDK's timeout is per attempt; retries back
+  off on 429, 5xx and timeouts).
+- Structured output is probed once: servers that enforce a JSON schema get one, the
+  others get the schema in the prompt. Replies are always validated locally anyway.
+- Every call's tokens (prompt, completion, cached, reasoning) and cost are counted and
+  capped; replies are cached per session and key, so a repeated request (a resumed
+  session) is not paid twice.
+- The API key is read from a file or the environment and never passed to a trial.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import ConfigError
+
+PRICES_FILE = Path(__file__).with_name("llm_prices.toml")
+
+
+class LLMUnavailable(Exception):
+    """The endpoint failed after its retries (timeouts, 5xx storm, refused)."""
+
+
+@dataclass
+class LLMSettings:
+    model: str
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    reply_tokens: int = 2000
+
+
+def read_api_key(key_file: Path | None) -> str | None:
+    """The key from ``key_file`` if given, else ``OPENAI_API_KEY``."""
+    if key_file is not None:
+        try:
+            return key_file.expanduser().read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read API key file {key_file}: {exc.strerror}") from exc
+    return os.environ.get("OPENAI_API_KEY")
+
+
+def load_prices(path: Path = PRICES_FILE) -> dict[str, dict[str, float]]:
+    return tomllib.loads(path.read_text())
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost: float = 0.0
+    cache_hits: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_metrics(self) -> dict[str, float]:
+        return {f"llm_{k}": float(v) for k, v in asdict(self).items()} | {"llm_total_tokens": float(self.total_tokens)}
+
+
+class ReplyCache:
+    """Replies on disk (JSON lines), keyed by a caller key and a hash of the request."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.entries: dict[str, dict] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                    self.entries[entry["key"]] = entry
+                except (json.JSONDecodeError, KeyError):
+                    continue  # a torn last line after a crash
+
+    @staticmethod
+    def key(step_key: str, request: dict) -> str:
+        digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:16]
+        return f"{step_key}:{digest}"
+
+    def get(self, key: str) -> dict | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, reply: dict) -> None:
+        entry = {"key": key, **reply}
+        self.entries[key] = entry
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+
+class LLMClient:
+    def __init__(self, settings: LLMSettings, cache: ReplyCache | None = None, prices: dict | None = None):
+        from openai import OpenAI
+
+        self.settings = settings
+        self.cache = cache
+        self.usage = Usage()
+        self.prices = load_prices() if prices is None else prices
+        if settings.max_cost is not None and settings.model not in self.prices:
+            raise ConfigError(
+                f"--max-llm-cost needs a price for model {settings.model!r}; add it to {PRICES_FILE} "
+                "or cap tokens with --max-llm-tokens"
+            )
+        self.client = OpenAI(
+            api_key=settings.api_key or "not-needed",
+            base_url=settings.base_url,
+            timeout=settings.timeout_s,
+            max_retries=settings.max_retries,
+        )
+        self.structured: bool | None = None
+
+    # -- budget -----------------------------------------------------------------------------
+
+    def spent(self) -> str | None:
+        """Why no further call may be made, or None."""
+        s = self.settings
+        if s.max_tokens is not None and self.usage.total_tokens >= s.max_tokens:
+            return f"LLM token budget spent ({self.usage.total_tokens}/{s.max_tokens})"
+        if s.max_cost is not None and self.usage.cost >= s.max_cost:
+            return f"LLM cost budget spent (${self.usage.cost:.4f}/${s.max_cost:.2f})"
+        return None
+
+    def _charge(self, usage) -> dict[str, int]:
+        prompt = getattr(usage, "prompt_tokens", 0) or 0
+        completion = getattr(usage, "completion_tokens", 0) or 0
+        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0
+        reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0) or 0
+        self.usage.calls += 1
+        self.usage.prompt_tokens += prompt
+        self.usage.completion_tokens += completion
+        self.usage.cached_tokens += cached
+        self.usage.reasoning_tokens += reasoning
+        price = self.prices.get(self.settings.model)
+        if price:
+            self.usage.cost += (
+                (prompt - cached) * price["input"] + cached * price.get("cached_input", price["input"])
+                + completion * price["output"]
+            ) / 1e6
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached,
+                "reasoning_tokens": reasoning}
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def probe_structured_output(self, schema: dict) -> bool:
+        """Does the server accept a JSON-schema response format? Asked once per client."""
+        if self.structured is None:
+            import openai
+
+            try:
+                self._create([{"role": "user", "content": "Reply with {}."}], self._schema_format(schema), max_tokens=16)
+                self.structured = True
+            except openai.BadRequestError:
+                self.structured = False
+            except (openai.APIError, openai.APIConnectionError):
+                self.structured = False  # unknown: fall back to prompted JSON, still validated locally
+        return self.structured
+
+    @staticmethod
+    def _schema_format(schema: dict) -> dict:
+        return {"type": "json_schema", "json_schema": {"name": "proposal", "schema": schema, "strict": True}}
+
+    def _create(self, messages: list[dict], response_format: dict | None, max_tokens: int):
+        kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages, "max_tokens": max_tokens}
+        if response_format:
+            kwargs["response_format"] = response_format
+        response = self.client.chat.completions.create(**kwargs)
+        self._charge(response.usage)
+        return response
+
+    def complete(self, messages: list[dict], schema: dict, step_key: str) -> dict:
+        """One reply: ``{"content", "usage", "cached", "finish_reason"}``. Raises LLMUnavailable."""
+        import openai
+
+        structured = self.probe_structured_output(schema)
+        request = {"model": self.settings.model, "messages": messages, "structured": structured}
+        key = ReplyCache.key(step_key, request)
+        if self.cache and (hit := self.cache.get(key)):
+            self.usage.cache_hits += 1
+            return {**hit, "cached": True}
+        try:
+            response = self._create(messages, self._schema_format(schema) if structured else None,
+                                    self.settings.reply_tokens)
+        except (openai.APIError, openai.APIConnectionError) as exc:
+            raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+        choice = response.choices[0] if response.choices else None
+        reply = {
+            "content": (choice.message.content if choice else "") or "",
+            "finish_reason": choice.finish_reason if choice else None,
+            "usage": self._charge_view(response.usage),
+        }
+        if self.cache:
+            self.cache.put(key, reply)
+        return {**reply, "cached": False}
+
+    @staticmethod
+    def _charge_view(usage) -> dict[str, int]:
+        return {
+            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
+        }

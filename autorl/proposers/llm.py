@@ -1,0 +1,237 @@
+"""The LLM proposer (strategies ``llm`` and ``hybrid``).
+
+``llm``: the LLM picks the parent, every hyperparameter and an optional edit.
+``hybrid``: the LLM picks the parent, the centre values, the numeric parameters to
+search and their ranges, and any edit; Optuna's TPE samples inside those ranges.
+
+Every reply is validated locally (schema, parent, space, edit) before it costs
+compute. An invalid reply goes back with the exact error, at most ``MAX_REPAIRS``
+times; then the proposal is dropped and counted. When the endpoint is down or the LLM
+budget is spent, the stage is proposed by Optuna instead, and the session says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from autorl.context import ContextBuilder, prompt
+from autorl.edits import EditBlock, apply_edit
+from autorl.errors import ProposalError
+from autorl.hpo import record_node
+from autorl.llm import LLMClient, LLMUnavailable
+from autorl.proposers.base import Proposal, ProposalDropped
+from autorl.proposers.tpe import TpeProposer
+from autorl.space import SearchSpace
+from autorl.tree import Node, Tree
+from autorl.workspace import Workspace
+
+MAX_REPAIRS = 2
+MAX_CONSECUTIVE_DROPS = 3
+
+
+class SearchRange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    low: float
+    high: float
+
+
+class LLMReply(BaseModel):
+    """The JSON object the LLM must return."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parent: str = Field(description="Node id to continue from, or 'base'.")
+    hyperparameters: dict[str, Any]
+    search: list[SearchRange] = Field(default_factory=list)
+    edit: list[EditBlock] = Field(default_factory=list)
+    rationale: str
+    expected_effect: str = ""
+
+
+def reply_schema(space: SearchSpace) -> dict:
+    """JSON schema of LLMReply for this space (strict: every key required, no extras)."""
+    def value_schema(p):
+        return {"enum": p.choices} if p.type == "categorical" else {"type": "integer" if p.type == "int" else "number"}
+
+    numeric = [p.name for p in space.params.values() if p.type != "categorical"]
+    string = {"type": "string"}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["parent", "hyperparameters", "search", "edit", "rationale", "expected_effect"],
+        "properties": {
+            "parent": string,
+            "hyperparameters": {
+                "type": "object", "additionalProperties": False, "required": list(space.params),
+                "properties": {name: value_schema(p) for name, p in space.params.items()},
+            },
+            "search": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False, "required": ["name", "low", "high"],
+                "properties": {"name": {"enum": numeric}, "low": {"type": "number"}, "high": {"type": "number"}}}},
+            "edit": {"type": "array", "items": {
+                "type": "object", "additionalProperties": False, "required": ["file", "search", "replace"],
+                "properties": {"file": string, "search": string, "replace": string}}},
+            "rationale": string,
+            "expected_effect": string,
+        },
+    }
+
+
+def parse_json_object(text: str) -> dict:
+    """The JSON object in a reply, tolerating a Markdown code fence around it."""
+    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
+    candidate = (fenced.group(1) if fenced else text).strip()
+    try:
+        value = json.loads(candidate)
+    except json.JSONDecodeError as exc:
+        raise ProposalError(f"the reply is not valid JSON ({exc.msg} at character {exc.pos})") from exc
+    if not isinstance(value, dict):
+        raise ProposalError("the reply must be one JSON object")
+    return value
+
+
+class LLMProposer:
+    def __init__(
+        self,
+        space: SearchSpace,
+        client: LLMClient,
+        context: ContextBuilder,
+        study: optuna.Study,
+        workspace: Workspace,
+        max_depth: int,
+        hybrid: bool,
+        budget_text: Callable[[], str] = lambda: "",
+        notify: Callable[[str], None] = lambda text: None,
+    ):
+        self.space = space
+        self.client = client
+        self.context = context
+        self.study = study
+        self.workspace = workspace
+        self.max_depth = max_depth
+        self.hybrid = hybrid
+        self.name = "hybrid" if hybrid else "llm"
+        self.notify = notify
+        self.fallback = TpeProposer(space, study)
+        self.schema = reply_schema(space)
+        self.feedback: list[str] = []
+        self.dropped = 0
+        self.consecutive_drops = 0
+        self.attempts = 0
+        self.budget_text = budget_text
+        self._told_fallback: set[str] = set()
+
+    # -- proposing ------------------------------------------------------------------------
+
+    def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        spent = self.client.spent()
+        if spent or self.consecutive_drops >= MAX_CONSECUTIVE_DROPS:
+            why = spent or f"{self.consecutive_drops} proposals in a row were invalid"
+            self.consecutive_drops = 0
+            return self._fallback(tree, parent, why)
+        train_py, commit = self.source_of(tree, parent)
+        messages = self.context.messages(tree, parent, self.expandable(tree), train_py, commit, self.budget_text(),
+                                         self.feedback, self.hybrid)
+        self.attempts += 1
+        for repair in range(MAX_REPAIRS + 1):
+            try:
+                reply = self.client.complete(messages, self.schema, step_key=f"a{self.attempts}.r{repair}")
+            except LLMUnavailable as exc:
+                return self._fallback(tree, parent, f"LLM unavailable ({exc})")
+            messages = messages + [{"role": "assistant", "content": reply["content"]}]
+            try:
+                proposal = self.validate(reply["content"], tree, truncated=reply.get("finish_reason") == "length")
+            except ProposalError as exc:
+                messages.append({"role": "user", "content": prompt("repair", error=str(exc)).strip()})
+                error = str(exc)
+                continue
+            self.consecutive_drops = 0
+            proposal.transcript = messages
+            return proposal
+        self.dropped += 1
+        self.consecutive_drops += 1
+        self.feedback.append(f"a proposal was dropped after {MAX_REPAIRS} repairs: {error}")
+        raise ProposalDropped(f"LLM proposal dropped after {MAX_REPAIRS} repairs: {error}")
+
+    def _fallback(self, tree: Tree, parent: str | None, why: str) -> Proposal:
+        if why not in self._told_fallback:
+            self.notify(f"{why}: proposing with optuna instead")
+            self._told_fallback.add(why)
+        proposal = self.fallback.propose(tree, parent)
+        proposal.proposer = "optuna"
+        proposal.rationale = f"fallback: {why}"
+        return proposal
+
+    def source_of(self, tree: Tree, node_id: str | None) -> tuple[str, str]:
+        """The train.py a child of ``node_id`` starts from, and its commit."""
+        commit = tree.nodes[node_id].commit if node_id else self.workspace.root_commit
+        return self.workspace.train_script_at(commit), commit
+
+    def expandable(self, tree: Tree) -> list[str | None]:
+        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth]
+
+    # -- validation -----------------------------------------------------------------------
+
+    def validate(self, content: str, tree: Tree, truncated: bool = False) -> Proposal:
+        """Turn a reply into a Proposal, or raise ProposalError with a message for the LLM."""
+        if truncated:
+            raise ProposalError("the reply was cut off (length limit); reply with a shorter JSON object")
+        try:
+            reply = LLMReply.model_validate(parse_json_object(content))
+        except ValidationError as exc:
+            details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:5])
+            raise ProposalError(f"the reply does not match the schema: {details}") from exc
+        parent = self.check_parent(reply.parent, tree)
+        values = self.space.check(reply.hyperparameters)
+        train_py = None
+        if reply.edit:
+            source, _ = self.source_of(tree, parent)
+            train_py = apply_edit(source, reply.edit)
+        trial_number = None
+        if self.hybrid and reply.search:
+            trial_number, sampled = self.sample_ranges(reply.search, parent, tree)
+            values = self.space.check({**values, **sampled})
+        return Proposal(parent=parent, hyperparameters=values, rationale=reply.rationale,
+                        expected_effect=reply.expected_effect, edit=reply.edit, train_py=train_py,
+                        optuna_trial=trial_number)
+
+    def check_parent(self, name: str, tree: Tree) -> str | None:
+        if name.strip().lower() in ("base", "", "none", "null", "root"):
+            return None
+        expandable = self.expandable(tree)
+        if name not in expandable:
+            choices = ", ".join(e or "base" for e in expandable)
+            why = "is not in the tree" if name not in tree.nodes else "cannot be extended (failed or at the depth limit)"
+            raise ProposalError(f"parent {name!r} {why}; choose one of: {choices}")
+        return name
+
+    def sample_ranges(self, ranges: list[SearchRange], parent: str | None, tree: Tree) -> tuple[int, dict]:
+        """Let TPE pick values inside the LLM's ranges (clipped to the space)."""
+        distributions = {}
+        for item in ranges:
+            param = self.space.params.get(item.name)
+            if param is None or param.type == "categorical":
+                raise ProposalError(f"search range for {item.name!r}: only numeric parameters of the space can be searched")
+            low, high = max(item.low, param.low), min(item.high, param.high)
+            if not low < high:
+                raise ProposalError(f"search range for {item.name!r} [{item.low:g}, {item.high:g}] is empty inside "
+                                    f"the space bounds [{param.low:g}, {param.high:g}]")
+            kind = optuna.distributions.IntDistribution if param.type == "int" else optuna.distributions.FloatDistribution
+            distributions[item.name] = kind(int(low) if param.type == "int" else low,
+                                            int(high) if param.type == "int" else high, log=param.log)
+        trial = self.study.ask(distributions)
+        trial.set_user_attr("parent", parent or "base")
+        trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)
+        return trial.number, trial.params
+
+    # -- learning -------------------------------------------------------------------------
+
+    def observe(self, tree: Tree, node: Node) -> None:
+        record_node(self.study, self.space, tree, node)
