@@ -58,27 +58,43 @@ def research(
     template: str = typer.Option("arith", "--template", "-t", help="Built-in template name or a folder."),
     stages: int = typer.Option(8, "--stages", "-n", help="Training stages to run in all."),
     time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m, 2h."),
-    strategy: str = typer.Option("optuna", "--strategy", help="optuna | random."),
+    strategy: Optional[str] = typer.Option(
+        None, "--strategy", help="hybrid | llm | optuna | random [default: hybrid with --llm, else optuna]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search."),
     max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
+    llm: Optional[str] = typer.Option(None, "--llm", envvar="AUTORL_LLM", help="Model at an OpenAI-compatible endpoint."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL",
+                                               help="Endpoint, e.g. http://localhost:8000/v1 (vLLM, Ollama, llama.cpp)."),
+    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
+    llm_timeout: float = typer.Option(60.0, "--llm-timeout", help="Seconds per LLM request attempt."),
+    max_llm_tokens: Optional[int] = typer.Option(None, "--max-llm-tokens", help="Stop asking the LLM after this many tokens."),
+    max_llm_cost: Optional[float] = typer.Option(None, "--max-llm-cost", help="Stop asking the LLM after this many dollars."),
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
     from autorl.config import make_config, parse_duration
     from autorl.live import LiveView
+    from autorl.llm import read_api_key
     from autorl.session import create_session, new_session_name
 
     seconds = parse_duration(time_budget) if time_budget else None
+    if strategy is None:
+        strategy = "hybrid" if llm else "optuna"
+        if not llm:
+            console.print("[dim]no LLM configured (--llm MODEL): proposing with optuna (TPE)[/]")
+    api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, runs_dir=runs, tracking_uri=tracker.uri,
+        llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
+        max_llm_cost=max_llm_cost,
     )
-    controller = create_session(config, loaded, tracker)
+    controller = create_session(config, loaded, tracker, api_key=api_key)
     controller.observer = LiveView(console, controller.budget)
     controller.run()
     console.print(f"show the tree:  autorl show {config.name} --runs-dir {runs}")

@@ -55,6 +55,14 @@ def load_prices(path: Path = PRICES_FILE) -> dict[str, dict[str, float]]:
     return tomllib.loads(path.read_text())
 
 
+def check_price(model: str, max_cost: float | None, prices: dict | None = None) -> None:
+    """A cost cap needs a known price; refuse at start rather than overspend."""
+    if max_cost is not None and model not in (load_prices() if prices is None else prices):
+        raise ConfigError(
+            f"--max-llm-cost needs a price for model {model!r}; add it to {PRICES_FILE} or cap tokens with --max-llm-tokens"
+        )
+
+
 @dataclass
 class Usage:
     calls: int = 0
@@ -110,11 +118,7 @@ class LLMClient:
         self.cache = cache
         self.usage = Usage()
         self.prices = load_prices() if prices is None else prices
-        if settings.max_cost is not None and settings.model not in self.prices:
-            raise ConfigError(
-                f"--max-llm-cost needs a price for model {settings.model!r}; add it to {PRICES_FILE} "
-                "or cap tokens with --max-llm-tokens"
-            )
+        check_price(settings.model, settings.max_cost, self.prices)
         self.client = OpenAI(
             api_key=settings.api_key or "not-needed",
             base_url=settings.base_url,

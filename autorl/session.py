@@ -15,7 +15,7 @@ from autorl import hpo
 from autorl.budget import Budget
 from autorl.config import LLM_STRATEGIES, SessionConfig
 from autorl.context import ContextBuilder
-from autorl.llm import LLMClient, LLMSettings, ReplyCache
+from autorl.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from autorl.controller import Collaborators, Controller
 from autorl.errors import SessionError
 from autorl.evaluate import FrozenEvaluator
@@ -58,6 +58,8 @@ def make_proposer(config: SessionConfig, template: Template, workspace: Workspac
 def create_session(config: SessionConfig, template: Template, tracker: Tracker,
                    observer: Observer | None = None, api_key: str | None = None) -> Controller:
     tracker.ensure_store()
+    if config.strategy in LLM_STRATEGIES:
+        check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
     workspace = Workspace.create(template, config.session_dir / "workspace")

@@ -119,7 +119,7 @@ class LLMProposer:
         self.hybrid = hybrid
         self.name = "hybrid" if hybrid else "llm"
         self.notify = notify
-        self.fallback = TpeProposer(space, study)
+        self.fallback = TpeProposer(space, study, start_with_defaults=False)
         self.schema = reply_schema(space)
         self.feedback: list[str] = []
         self.dropped = 0

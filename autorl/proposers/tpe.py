@@ -19,10 +19,10 @@ from autorl.tree import Node, Tree
 class TpeProposer:
     name = "optuna"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study):
+    def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True):
         self.space = space
         self.study = study
-        if not study.trials:
+        if start_with_defaults and not study.trials:
             study.enqueue_trial(space.defaults())  # a known-good reference first
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:

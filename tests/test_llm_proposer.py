@@ -1,0 +1,191 @@
+"""The LLM proposer against a real OpenAI-compatible server on loopback.
+
+Every bad reply ends the way the design says: repaired with the exact error, or
+dropped and counted, or replaced by an Optuna proposal when the endpoint is down or
+the budget is spent. Nothing raises past the proposer except ProposalDropped.
+"""
+
+import json
+
+import pytest
+
+from autorl import hpo
+from autorl import template as templates
+from autorl.context import ContextBuilder
+from autorl.llm import LLMClient, LLMSettings, ReplyCache
+from autorl.proposers.base import ProposalDropped
+from autorl.proposers.llm import LLMProposer, reply_schema
+from autorl.tree import Node, Status, Tree
+from autorl.workspace import Workspace
+from llm_server import Answer, LLMServer, ScriptedLLM
+
+TEMPLATE = templates.load("arith")
+
+
+def reply(parent="n001", edit=None, search=None, **values):
+    hyperparameters = {**TEMPLATE.space.defaults(), "learning_rate": 1e-4, **values}
+    return json.dumps({"parent": parent, "hyperparameters": hyperparameters, "search": search or [],
+                       "edit": edit or [], "rationale": "reward still rising", "expected_effect": "+2 points"})
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return Workspace.create(TEMPLATE, tmp_path / "ws")
+
+
+@pytest.fixture
+def tree(workspace):
+    tree = Tree(base_score=0.53, base_stderr=0.016)
+    tree.add(Node("n001", None, 1, TEMPLATE.space.defaults(), seed=1, proposer="optuna", commit=workspace.root_commit,
+                  status=Status.SUCCEEDED, val_score=0.6, val_stderr=0.015))
+    tree.add(Node("n002", "n001", 2, TEMPLATE.space.defaults(), seed=2, proposer="optuna",
+                  commit=workspace.root_commit, status=Status.FAILED, reason="crashed"))
+    return tree
+
+
+@pytest.fixture
+def make_proposer(tmp_path, workspace):
+    notices = []
+
+    def build(server, hybrid=False, cache=True, **settings):
+        client = LLMClient(
+            LLMSettings(model="scripted", base_url=server.url, api_key="sk-test", timeout_s=1.0, max_retries=1, **settings),
+            cache=ReplyCache(tmp_path / "replies.jsonl") if cache else None,
+        )
+        context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, tmp_path / "session")
+        study = hpo.open_study(tmp_path, "s", seed=0)
+        proposer = LLMProposer(TEMPLATE.space, client, context, study, workspace=workspace, max_depth=3,
+                               hybrid=hybrid, notify=notices.append)
+        proposer.notices = notices
+        return proposer
+
+    return build
+
+
+def serve(*answers, supports_schema=True):
+    return LLMServer(ScriptedLLM(supports_schema=supports_schema).add(*answers))
+
+
+def test_valid_proposal(make_proposer, tree):
+    with serve(reply(parent="n001", temperature=0.8)) as server:
+        proposer = make_proposer(server)
+        proposal = proposer.propose(tree, "n001")
+    assert proposal.parent == "n001" and proposal.hyperparameters["temperature"] == 0.8
+    assert proposal.train_py is None and proposal.rationale == "reward still rising"
+    request = server.llm.requests[0]
+    assert request["response_format"]["type"] == "json_schema"  # the server enforces schemas
+    prompt = request["messages"][1]["content"]
+    assert "beat 60%" in prompt and "n001" in prompt and "GRPOTrainer" in prompt and "learning_rate" in prompt
+    usage = proposer.client.usage  # the schema probe is a (tiny) paid call too
+    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (2, 125, 42, 40)
+
+
+def test_base_parent_and_edit_applied(make_proposer, tree, workspace):
+    edit = [{"file": "train.py", "search": "per_device_train_batch_size=64", "replace": "per_device_train_batch_size=32"}]
+    with serve(reply(parent="base", edit=edit)) as server:
+        proposal = make_proposer(server).propose(tree, "n001")
+    assert proposal.parent is None
+    assert "per_device_train_batch_size=32" in proposal.train_py
+    assert workspace.train_script.read_text().count("per_device_train_batch_size=64") == 1  # nothing written yet
+
+
+@pytest.mark.parametrize(("bad", "error"), [
+    (reply(edit=[{"file": "train.py", "search": "no such line", "replace": "x"}]), "does not occur"),
+    (reply(edit=[{"file": "train.py", "search": "def main() -> None:", "replace": "def main(:"}]), "does not parse"),
+    (reply(edit=[{"file": "env/task.py", "search": "1.0", "replace": "2.0"}]), "only train.py may be edited"),
+    (reply(learning_rate=0.5), "outside"),
+    (reply(parent="n042"), "'n042' is not in the tree"),
+    (reply(parent="n002"), "cannot be extended"),
+    ("Sure! I think we should raise the learning rate.", "not valid JSON"),
+    (reply()[:80], "not valid JSON"),
+    (json.dumps({"parent": "n001", "hyperparameters": {}, "bonus": 1}), "does not match the schema"),
+])
+def test_invalid_reply_is_repaired_with_the_exact_error(make_proposer, tree, bad, error):
+    with serve(bad, reply()) as server:
+        proposal = make_proposer(server).propose(tree, "n001")
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+    repair = server.llm.requests[1]["messages"][-1]["content"]
+    assert error in repair and server.llm.requests[1]["messages"][-2]["content"] == bad
+
+
+def test_truncated_reply_is_repaired(make_proposer, tree):
+    with serve(Answer(content=reply()[:-1], finish_reason="length"), reply()) as server:
+        make_proposer(server).propose(tree, "n001")
+    assert "cut off" in server.llm.requests[1]["messages"][-1]["content"]
+
+
+def test_still_invalid_after_two_repairs_is_dropped_and_counted(make_proposer, tree):
+    with serve("nope", "still nope", "{}", reply()) as server:
+        proposer = make_proposer(server)
+        with pytest.raises(ProposalDropped, match="dropped after 2 repairs"):
+            proposer.propose(tree, "n001")
+        assert proposer.dropped == 1 and len(server.llm.requests) == 3
+        # The next proposal sees the drop in its feedback section.
+        proposer.propose(tree, "n001")
+        assert "Feedback on earlier proposals" in server.llm.requests[3]["messages"][1]["content"]
+
+
+def test_rate_limit_then_success(make_proposer, tree):
+    with serve(Answer(status=429, content="slow down"), reply()) as server:
+        proposal = make_proposer(server).propose(tree, "n001")
+    assert proposal.proposer is None and len(server.llm.requests) == 2
+
+
+@pytest.mark.parametrize("failure", [Answer(delay=3.0, content=reply()), Answer(status=500, content="boom")])
+def test_timeouts_and_server_errors_fall_back_to_optuna(make_proposer, tree, failure):
+    llm = ScriptedLLM()
+    llm.default = failure  # every request fails the same way: a timeout or a 500 storm
+    with LLMServer(llm) as server:
+        proposer = make_proposer(server)
+        proposal = proposer.propose(tree, "n001")
+    assert proposal.proposer == "optuna" and proposal.rationale.startswith("fallback: LLM unavailable")
+    assert any("proposing with optuna instead" in n for n in proposer.notices)
+    assert len(llm.requests) == 2  # one attempt plus one retry
+
+
+def test_token_budget_stops_asking(make_proposer, tree):
+    with serve(reply(), reply()) as server:
+        proposer = make_proposer(server, max_tokens=100)
+        proposer.propose(tree, "n001")  # spends 160 tokens (+ the probe)
+        fallback = proposer.propose(tree, "n001")
+    assert fallback.proposer == "optuna" and "token budget spent" in fallback.rationale
+    assert len(server.llm.requests) == 1
+
+
+def test_cached_replies_are_not_paid_twice(make_proposer, tree):
+    with serve(reply()) as server:
+        make_proposer(server).propose(tree, "n001")
+    with serve() as server:  # an empty script: any request would fail
+        again = make_proposer(server)
+        proposal = again.propose(tree, "n001")
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+    assert server.llm.requests == [] and again.client.usage.cache_hits == 1
+
+
+def test_prompted_json_when_the_server_has_no_schema_support(make_proposer, tree):
+    with serve("```json\n" + reply() + "\n```", supports_schema=False) as server:
+        proposal = make_proposer(server).propose(tree, "n001")
+    assert "response_format" not in server.llm.requests[0]
+    assert proposal.parent == "n001"
+
+
+def test_hybrid_samples_inside_the_llm_ranges(make_proposer, tree):
+    search = [{"name": "learning_rate", "low": 2e-5, "high": 4e-5}, {"name": "temperature", "low": 0.7, "high": 0.9}]
+    with serve(reply(search=search)) as server:
+        proposer = make_proposer(server, hybrid=True)
+        proposal = proposer.propose(tree, "n001")
+    assert 2e-5 <= proposal.hyperparameters["learning_rate"] <= 4e-5
+    assert 0.7 <= proposal.hyperparameters["temperature"] <= 0.9
+    assert proposal.optuna_trial is not None
+    node = Node("n003", "n001", 2, proposal.hyperparameters, seed=3, proposer="hybrid", status=Status.SUCCEEDED,
+                val_score=0.65, val_stderr=0.01, extra={"optuna_trial": proposal.optuna_trial})
+    tree.add(node)
+    proposer.observe(tree, node)
+    assert proposer.study.trials[proposal.optuna_trial].value == pytest.approx(0.05)
+
+
+def test_schema_is_strict_and_matches_the_space():
+    schema = reply_schema(TEMPLATE.space)
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]["hyperparameters"]["required"]) == set(TEMPLATE.space.params)
+    assert schema["properties"]["hyperparameters"]["properties"]["num_generations"] == {"enum": [4, 8, 16]}
