@@ -34,7 +34,7 @@ def cli_errors(func):
         try:
             return func(*args, **kwargs)
         except AutorlError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
@@ -81,10 +81,8 @@ def research(
     from autorl.session import create_session, new_session_name
 
     seconds = parse_duration(time_budget) if time_budget else None
-    if strategy is None:
-        strategy = "hybrid" if llm else "optuna"
-        if not llm:
-            console.print("[dim]no LLM configured (--llm MODEL): proposing with optuna (TPE)[/]")
+    announce_no_llm = strategy is None and not llm
+    strategy = strategy or ("hybrid" if llm else "optuna")
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
     runs, tracker = open_tracker(runs_dir, tracking_uri)
@@ -95,6 +93,8 @@ def research(
         max_llm_cost=max_llm_cost,
     )
     controller = create_session(config, loaded, tracker, api_key=api_key)
+    if announce_no_llm:
+        console.print("[dim]no LLM configured (--llm MODEL): proposing with optuna (TPE)[/]")
     controller.observer = LiveView(console, controller.budget)
     controller.run()
     console.print(f"show the tree:  autorl show {config.name} --runs-dir {runs}")

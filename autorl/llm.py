@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -126,6 +127,8 @@ class LLMClient:
             max_retries=settings.max_retries,
         )
         self.structured: bool | None = None
+        # name -> context manager yielding a span with set_inputs/set_outputs/set_attributes (MLflow tracing)
+        self.tracer = lambda name: contextlib.nullcontext(_NoSpan())
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -195,17 +198,22 @@ class LLMClient:
         if self.cache and (hit := self.cache.get(key)):
             self.usage.cache_hits += 1
             return {**hit, "cached": True}
-        try:
-            response = self._create(messages, self._schema_format(schema) if structured else None,
-                                    self.settings.reply_tokens)
-        except (openai.APIError, openai.APIConnectionError) as exc:
-            raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
-        choice = response.choices[0] if response.choices else None
-        reply = {
-            "content": (choice.message.content if choice else "") or "",
-            "finish_reason": choice.finish_reason if choice else None,
-            "usage": self._charge_view(response.usage),
-        }
+        with self.tracer(f"propose {step_key}") as span:
+            span.set_inputs({"messages": messages, "model": self.settings.model, "structured": structured})
+            try:
+                response = self._create(messages, self._schema_format(schema) if structured else None,
+                                        self.settings.reply_tokens)
+            except (openai.APIError, openai.APIConnectionError) as exc:
+                span.set_attributes({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+                raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
+            choice = response.choices[0] if response.choices else None
+            reply = {
+                "content": (choice.message.content if choice else "") or "",
+                "finish_reason": choice.finish_reason if choice else None,
+                "usage": self._charge_view(response.usage),
+            }
+            span.set_outputs(reply)
+            span.set_attributes({**reply["usage"], "total_cost_usd": self.usage.cost})
         if self.cache:
             self.cache.put(key, reply)
         return {**reply, "cached": False}
@@ -216,3 +224,11 @@ class LLMClient:
             "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
             "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
         }
+
+
+class _NoSpan:
+    def set_inputs(self, value) -> None: ...
+
+    def set_outputs(self, value) -> None: ...
+
+    def set_attributes(self, value) -> None: ...

@@ -10,6 +10,7 @@ import json
 import re
 import secrets
 import time
+from functools import partial
 
 from autorl import hpo
 from autorl.budget import Budget
@@ -89,6 +90,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     )
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
+    if isinstance(parts.proposer, LLMProposer):
+        parts.proposer.client.tracer = partial(tracker.llm_span, run_id, config.name)
     controller = Controller(config, template, parts, run_id, observer, budget=budget)
     relay.target = controller
     return controller

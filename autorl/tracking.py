@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -174,6 +175,17 @@ class Tracker:
         for path in paths:
             if path.is_file():
                 self.client.log_artifact(run_id, str(path), artifact_path)
+
+    @contextmanager
+    def llm_span(self, session_run_id: str, session: str, name: str):
+        """An MLflow trace for one LLM call, linked to the session's run."""
+        import mlflow
+
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_experiment(experiment_id=self.ensure_store())
+        with mlflow.start_span(name=name, span_type="LLM") as span:
+            mlflow.update_current_trace(tags={"autorl.session": session}, metadata={"mlflow.sourceRun": session_run_id})
+            yield span
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
         self.client.log_text(run_id, text, name)

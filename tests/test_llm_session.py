@@ -58,6 +58,11 @@ def test_hybrid_session_with_an_edit_a_dropped_proposal_and_a_secret(tmp_path, r
     assert session.data.metrics["llm_dropped_proposals"] == 1
     assert session.data.metrics["llm_total_tokens"] > 0
     assert "sk-" not in json.dumps(session.data.params)
+    import mlflow  # every LLM call is a trace linked to the session run
+
+    mlflow.set_tracking_uri(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    traces = mlflow.search_traces(locations=[session.info.experiment_id], run_id=session.info.run_id, return_type="list")
+    assert len(traces) == len(llm.requests) == 5
 
     # No key, from the file or the environment, reached a trial.
     for node in ("n001", "n002"):
