@@ -11,6 +11,7 @@ from pathlib import Path
 from string import Template as Text
 
 from autorl.curves import curves_text, read_records, summarise_curves
+from autorl.diagnose import findings_text
 from autorl.report import schedule_text
 from autorl.space import SearchSpace
 from autorl.tree import Node, Status, Tree
@@ -65,6 +66,18 @@ class ContextBuilder:
             return "(the base model has no training curves)"
         return curves_text(summarise_curves(read_records(self.session_dir / "nodes" / parent / "metrics.jsonl")))
 
+    @staticmethod
+    def parent_diagnosis(tree: Tree, parent: str | None) -> str:
+        if parent is None:
+            return "(base model)"
+        node = tree.nodes[parent]
+        text = findings_text(node.extra.get("diagnosis", []))
+        comparison = node.extra.get("comparison")
+        if comparison:
+            text += (f"\nAgainst its own parent (paired, same items): {comparison['delta']:+.3f} ± "
+                     f"{comparison['stderr']:.3f} → {comparison['verdict']}")
+        return text
+
     def messages(self, tree: Tree, suggested: str | None, expandable: list[str | None], train_py: str,
                  commit: str, budget: str, feedback: list[str], hybrid: bool) -> list[dict]:
         top, failures = 8, 5
@@ -75,6 +88,7 @@ class ContextBuilder:
                 base_score="unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}",
                 budget=budget, tree=tree_text(tree, top, failures), suggested=suggested or "base",
                 expandable=", ".join(e or "base" for e in expandable), curves=self.parent_curves(suggested),
+                diagnosis=self.parent_diagnosis(tree, suggested),
                 commit=commit[:10], train_py=train_py,
                 feedback=("\n# Feedback on earlier proposals\n\n" + "\n".join(f"- {f}" for f in feedback[-5:]) + "\n")
                 if feedback else "",

@@ -10,13 +10,17 @@ policy, stage runner, evaluator and tracker, so tests pass real lightweight ones
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.budget import Budget
+from autorl.diagnose import diagnose
 from autorl.config import SessionConfig
 from autorl.errors import AutorlError, CheckpointError, FrozenFileError
 from autorl.evaluate import EvalResult, FrozenEvaluator
+from autorl.noise import paired_comparison
+from autorl.plots import plot_curves
 from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
 from autorl.proposers.base import Proposal, ProposalDropped, Proposer
@@ -102,6 +106,7 @@ class Controller:
             self.score(node, outcome.checkpoint)
         else:
             self.fail(node, outcome.reason)
+        self.diagnose(node, outcome)
         self.record(node, outcome)
         self.parts.proposer.observe(self.tree, node)
         self.observer.stage_finished(node, self.tree)
@@ -195,6 +200,22 @@ class Controller:
         node.val_score, node.val_stderr = result.mean, result.stderr
         node.status = Status.SUCCEEDED
 
+    def eval_items(self, node_id: str | None) -> list[dict]:
+        folder = self.session_dir / "base" if node_id is None else self.node_dir(node_id)
+        path = folder / "eval_validation.json"
+        return json.loads(path.read_text())["items"] if path.is_file() else []
+
+    def diagnose(self, node: Node, outcome: StageOutcome) -> None:
+        """Name what went wrong (or right) in this stage, against its parent on the same items."""
+        comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent)) if node.scored else None
+        findings = diagnose(outcome.records, comparison)
+        node.extra["diagnosis"] = [f.to_dict() for f in findings]
+        node.extra["comparison"] = comparison.to_dict() if comparison else None
+        node_dir = self.node_dir(node.id)
+        (node_dir / "diagnosis.json").write_text(json.dumps(
+            {"findings": node.extra["diagnosis"], "comparison": node.extra["comparison"]}, indent=2))
+        plot_curves(outcome.records, node_dir / "curves.png", f"{node.id} ← {node.parent or 'base'}")
+
     def evaluate(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
         return self.parts.evaluator.score(checkpoint, split, out_dir)
 
@@ -217,7 +238,8 @@ class Controller:
         (node_dir / "train_py.diff").write_text(diff)
         tracker.log_artifacts(run_id, [node_dir / name for name in
                                        ("spec.json", "metrics.jsonl", "stdout.log", "stderr.log", "train_py.diff",
-                                        "eval_validation.json", "eval_validation_stderr.log")])
+                                        "eval_validation.json", "eval_validation_stderr.log", "diagnosis.json",
+                                        "curves.png")])
         tracker.set_tags(run_id, self.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
 
@@ -237,6 +259,8 @@ class Controller:
             "autorl.rationale": node.extra.get("rationale", ""),
             "autorl.expected_effect": node.extra.get("expected_effect", ""),
             "autorl.edited": node.extra.get("edited", False),
+            "autorl.diagnosis": ",".join(f["name"] for f in node.extra.get("diagnosis", [])),
+            "autorl.verdict": (node.extra.get("comparison") or {}).get("verdict", ""),
         }
         if "optuna_trial" in node.extra:
             tags["autorl.optuna_trial"] = node.extra["optuna_trial"]
@@ -287,7 +311,5 @@ class Controller:
 
 
 def _json(value) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True)
 

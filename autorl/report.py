@@ -37,6 +37,8 @@ def node_from_run(run) -> dict[str, Any]:
         "commit": tags.get("autorl.git_commit"),
         "mlflow_run_id": run.info.run_id,
         "mlflow_status": run.info.status,
+        "diagnosis": [name for name in tags.get("autorl.diagnosis", "").split(",") if name],
+        "verdict": tags.get("autorl.verdict") or None,
     }
 
 

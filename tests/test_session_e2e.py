@@ -44,7 +44,9 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
         history = client.get_metric_history(run.info.run_id, "reward")
         assert len(history) == 8
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"spec.json", "metrics.jsonl", "stdout.log", "eval_validation.json", "train_py.diff"} <= artifacts
+        assert {"spec.json", "metrics.jsonl", "stdout.log", "eval_validation.json", "train_py.diff",
+                "diagnosis.json", "curves.png"} <= artifacts
+        assert node["verdict"] in ("better", "worse", "tie")
     # A child's steps continue its parent's on the global step axis.
     for node in nodes:
         steps = sorted(m.step for m in client.get_metric_history(node["mlflow_run_id"], "reward"))

@@ -1,0 +1,81 @@
+"""Each pathology is found in a synthetic metric stream; a healthy stream raises none."""
+
+import math
+
+import pytest
+
+from autorl.diagnose import diagnose
+from autorl.noise import paired_comparison
+from autorl.plots import plot_curves
+
+
+def stream(n=20, **curves):
+    """Records with healthy defaults; each keyword is a function of the step index."""
+    healthy = {
+        "reward": lambda i: 0.5 + 0.01 * i,
+        "entropy": lambda i: 0.30 - 0.002 * i,
+        "frac_reward_zero_std": lambda i: 0.2,
+        "completions/mean_length": lambda i: 7.0,
+        "completions/clipped_ratio": lambda i: 0.0,
+        "grad_norm": lambda i: 1.0 + 0.05 * (i % 3),
+        "loss": lambda i: 0.01,
+    }
+    healthy.update(curves)
+    return [{"step": i + 1, **{k: f(i) for k, f in healthy.items() if f is not None}} for i in range(n)]
+
+
+def names(records, comparison=None):
+    return [f.name for f in diagnose(records, comparison)]
+
+
+def items(correct):
+    return [{"a": 100 + i, "b": 200, "correct": c} for i, c in enumerate(correct)]
+
+
+def test_healthy_run_raises_nothing():
+    assert names(stream()) == []
+
+
+def test_missing_keys_are_tolerated():
+    assert names([{"step": 1, "loss": 0.1}, {"step": 2}]) == []
+
+
+@pytest.mark.parametrize(("curves", "expected"), [
+    ({"entropy": lambda i: 0.3 * 0.7 ** i}, "entropy_collapse"),
+    ({"reward": lambda i: 0.6}, "reward_plateau"),
+    ({"frac_reward_zero_std": lambda i: 0.95}, "zero_variance_groups"),
+    ({"kl": lambda i: 0.001 if i < 10 else 0.5}, "kl_blowup"),
+    ({"completions/clipped_ratio": lambda i: 0.8}, "length_truncation"),
+    ({"completions/mean_length": lambda i: 7.0 + 2 * i}, "length_explosion"),
+    ({"loss": lambda i: math.nan if i == 5 else 0.01}, "non_finite"),
+    ({"grad_norm": lambda i: 500.0 if i == 12 else 1.0}, "grad_norm_spikes"),
+    ({"reward": lambda i: 0.7 if i < 10 else 0.1}, "reward_collapse"),
+])
+def test_each_pathology_is_named(curves, expected):
+    found = diagnose(stream(**curves))
+    assert expected in [f.name for f in found]
+    finding = next(f for f in found if f.name == expected)
+    assert finding.evidence and finding.suggestion and finding.steps[1] >= finding.steps[0]
+
+
+def test_regression_and_reward_hacking_need_a_paired_loss():
+    parent = items([1] * 600 + [0] * 400)
+    worse = items([1] * 500 + [0] * 500)
+    comparison = paired_comparison(worse, parent)
+    assert comparison.verdict == "worse" and comparison.delta == pytest.approx(-0.1)
+    rising = stream(reward=lambda i: 0.3 + 0.03 * i)
+    assert {"regression", "train_eval_divergence"} <= set(names(rising, comparison))
+    assert names(rising, paired_comparison(parent, parent)) == []
+
+
+def test_paired_comparison_calls_small_differences_ties():
+    parent = items([1, 0] * 500)
+    # 30 problems gained and 25 lost: +0.5 points, well inside the paired noise
+    child = items([1, 1] * 30 + [0, 0] * 25 + [1, 0] * 445)
+    assert paired_comparison(child, parent).verdict == "tie"
+    assert paired_comparison(items([1] * 1000), parent).verdict == "better"
+
+
+def test_plot_is_written(tmp_path):
+    assert plot_curves(stream(), tmp_path / "c.png", "n001").stat().st_size > 1000
+    assert plot_curves([{"step": 1}], tmp_path / "d.png", "empty") is None
