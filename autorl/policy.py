@@ -5,6 +5,10 @@ shallower than the depth limit) gets its validation score plus an exploration bo
 that shrinks as it gains children. Failed children count as visits, so a node whose
 stages keep crashing is tried less. Ties are broken by a seeded RNG, so a search is
 reproducible for a seed.
+
+Diagnosis steers it: a node that is worse than its parent beyond noise, or whose
+stage shows a critical pathology (reward collapse, non-finite values, no gradient,
+reward hacking), is not extended while any other candidate exists.
 """
 
 from __future__ import annotations
@@ -12,7 +16,14 @@ from __future__ import annotations
 import math
 import random
 
-from autorl.tree import Tree
+from autorl.tree import Node, Tree
+
+
+def healthy(node: Node) -> bool:
+    """False when diagnosis says the node should not be extended."""
+    comparison = node.extra.get("comparison") or {}
+    critical = any(f.get("severity") == "critical" for f in node.extra.get("diagnosis", []))
+    return comparison.get("verdict") != "worse" and not critical
 
 
 class BestFirstPolicy:
@@ -22,8 +33,8 @@ class BestFirstPolicy:
         self.rng = random.Random(seed)
 
     def candidates(self, tree: Tree) -> list[str | None]:
-        """The base model (None) and every scored node that may get another stage."""
-        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth]
+        """The base model (None) and every scored, healthy node that may get another stage."""
+        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and healthy(n)]
 
     def value(self, tree: Tree, node_id: str | None) -> float:
         visits = len(tree.children(node_id))

@@ -44,6 +44,14 @@ def test_exploration_bonus_favours_unvisited_nodes():
     assert BestFirstPolicy(max_depth=3, exploration=0.2).select(tree) != "n002"
 
 
+def test_diagnosis_keeps_the_policy_off_unhealthy_nodes():
+    tree = sample_tree()
+    tree.nodes["n002"].extra["diagnosis"] = [{"name": "reward_collapse", "severity": "critical"}]
+    assert BestFirstPolicy(max_depth=3, exploration=0.0).select(tree) == "n001"
+    tree.nodes["n001"].extra["comparison"] = {"verdict": "worse"}
+    assert BestFirstPolicy(max_depth=3, exploration=0.0).select(tree) == "n003"
+
+
 def test_tree_paths_and_best():
     tree = sample_tree()
     assert [n.id for n in tree.path("n002")] == ["n001", "n002"]
