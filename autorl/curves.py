@@ -23,8 +23,13 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
+def training_steps(records: list[dict]) -> list[dict]:
+    """Per-step records, without TRL's end-of-training summary line."""
+    return [r for r in records if "train_runtime" not in r]
+
+
 def series(records: list[dict], key: str) -> list[float]:
-    return [float(r[key]) for r in records if isinstance(r.get(key), (int, float)) and "train_runtime" not in r]
+    return [float(r[key]) for r in training_steps(records) if isinstance(r.get(key), (int, float))]
 
 
 def summarise(values: list[float]) -> dict[str, float] | None:

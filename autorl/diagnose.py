@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from autorl.curves import series
+from autorl.curves import series, training_steps
 from autorl.noise import Comparison
 
 
@@ -34,8 +34,7 @@ class Finding:
 
 
 def _steps(records: list[dict], key: str) -> list[int]:
-    return [int(r.get("step", i)) for i, r in enumerate(records) if isinstance(r.get(key), (int, float))
-            and "train_runtime" not in r]
+    return [int(r.get("step", i)) for i, r in enumerate(training_steps(records)) if isinstance(r.get(key), (int, float))]
 
 
 def _span(records, key) -> tuple[int, int]:
@@ -123,7 +122,7 @@ def length_problems(records) -> Finding | None:
 
 def instability(records) -> Finding | None:
     for key in ("loss", "reward", "grad_norm"):
-        values = [r.get(key) for r in records if key in r and "train_runtime" not in r]
+        values = [r.get(key) for r in training_steps(records) if key in r]
         bad = [v for v in values if not isinstance(v, (int, float)) or not math.isfinite(v)]
         if bad:
             return Finding("non_finite", "critical", f"{len(bad)} steps with non-finite {key}",

@@ -185,8 +185,7 @@ class LLMClient:
         if response_format:
             kwargs["response_format"] = response_format
         response = self.client.chat.completions.create(**kwargs)
-        self._charge(response.usage)
-        return response
+        return response, self._charge(response.usage)
 
     def complete(self, messages: list[dict], schema: dict, step_key: str) -> dict:
         """One reply: ``{"content", "usage", "cached", "finish_reason"}``. Raises LLMUnavailable."""
@@ -201,8 +200,8 @@ class LLMClient:
         with self.tracer(f"propose {step_key}") as span:
             span.set_inputs({"messages": messages, "model": self.settings.model, "structured": structured})
             try:
-                response = self._create(messages, self._schema_format(schema) if structured else None,
-                                        self.settings.reply_tokens)
+                response, usage = self._create(messages, self._schema_format(schema) if structured else None,
+                                               self.settings.reply_tokens)
             except (openai.APIError, openai.APIConnectionError) as exc:
                 span.set_attributes({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -210,20 +209,13 @@ class LLMClient:
             reply = {
                 "content": (choice.message.content if choice else "") or "",
                 "finish_reason": choice.finish_reason if choice else None,
-                "usage": self._charge_view(response.usage),
+                "usage": usage,
             }
             span.set_outputs(reply)
             span.set_attributes({**reply["usage"], "total_cost_usd": self.usage.cost})
         if self.cache:
             self.cache.put(key, reply)
         return {**reply, "cached": False}
-
-    @staticmethod
-    def _charge_view(usage) -> dict[str, int]:
-        return {
-            "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-            "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
-        }
 
 
 class _NoSpan:

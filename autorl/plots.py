@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autorl.curves import series
+from autorl.curves import series, training_steps
 
 PANELS = (("reward", "reward"), ("entropy", "entropy"), ("completions/mean_length", "mean length"),
           ("frac_reward_zero_std", "zero-variance groups"))
@@ -21,7 +21,7 @@ def plot_curves(records: list[dict], path: Path, title: str) -> Path | None:
 
     figure, axes = plt.subplots(2, 2, figsize=(8, 5), constrained_layout=True)
     for axis, (key, label) in zip(axes.flat, PANELS):
-        steps = [int(r["step"]) for r in records if isinstance(r.get(key), (int, float)) and "train_runtime" not in r]
+        steps = [int(r["step"]) for r in training_steps(records) if isinstance(r.get(key), (int, float))]
         axis.plot(steps, series(records, key), marker=".", linewidth=1)
         axis.set_title(label, fontsize=9)
         axis.set_xlabel("step", fontsize=8)

@@ -53,6 +53,7 @@ class Tracker:
         self.artifact_root = artifact_root
         self._client = None
         self._experiment_id: str | None = None
+        self._tracing_ready = False
 
     @classmethod
     def for_runs_dir(cls, runs_dir: Path, uri: str | None = None) -> "Tracker":
@@ -181,8 +182,10 @@ class Tracker:
         """An MLflow trace for one LLM call, linked to the session's run."""
         import mlflow
 
-        mlflow.set_tracking_uri(self.uri)
-        mlflow.set_experiment(experiment_id=self.ensure_store())
+        if not self._tracing_ready:  # the fluent API's global store, set once per tracker
+            mlflow.set_tracking_uri(self.uri)
+            mlflow.set_experiment(experiment_id=self.ensure_store())
+            self._tracing_ready = True
         with mlflow.start_span(name=name, span_type="LLM") as span:
             mlflow.update_current_trace(tags={"autorl.session": session}, metadata={"mlflow.sourceRun": session_run_id})
             yield span

@@ -6,6 +6,7 @@ node records the commit it ran, so any result can be reproduced with ``git check
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import git
@@ -37,7 +38,7 @@ class Workspace:
     def head(self) -> str:
         return self.repo.head.commit.hexsha
 
-    @property
+    @functools.cached_property
     def root_commit(self) -> str:
         return next(c.hexsha for c in self.repo.iter_commits(rev="HEAD") if not c.parents)
 
