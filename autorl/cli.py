@@ -59,7 +59,7 @@ def research(
     stages: int = typer.Option(8, "--stages", "-n", help="Training stages to run in all."),
     time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
-        None, "--strategy", help="hybrid | llm | optuna | random [default: hybrid with --llm, else optuna]."),
+        None, "--strategy", help="tree | grid | random | optuna | greedy | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search."),
     max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
@@ -82,7 +82,7 @@ def research(
 
     seconds = parse_duration(time_budget) if time_budget else None
     announce_no_llm = strategy is None and not llm
-    strategy = strategy or ("hybrid" if llm else "optuna")
+    strategy = strategy or ("hybrid" if llm else "tree")
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
     runs, tracker = open_tracker(runs_dir, tracking_uri)
@@ -94,7 +94,7 @@ def research(
     )
     controller = create_session(config, loaded, tracker, api_key=api_key)
     if announce_no_llm:
-        console.print("[dim]no LLM configured (--llm MODEL): proposing with optuna (TPE)[/]")
+        console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
     controller.observer = LiveView(console, controller.budget)
     controller.run()
     console.print(f"show the tree:  autorl show {config.name} --runs-dir {runs}")

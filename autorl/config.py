@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autorl.errors import ConfigError
 
-STRATEGIES = ("optuna", "random", "llm", "hybrid")
+STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "llm", "hybrid")
+TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -62,7 +63,7 @@ class SessionConfig(BaseModel):
     template: str = Field(description="Template name or path it was loaded from.")
     stages: int = Field(8, description="Training stages the session may run in all.")
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
-    strategy: str = Field("optuna", description="How the next stage is proposed.")
+    strategy: str = Field("tree", description="How the next stage is proposed.")
     seed: int = Field(0, description="Seed of the search (policy, sampler, trial seeds).")
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
     runs_dir: Path

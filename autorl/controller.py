@@ -39,7 +39,7 @@ class Collaborators:
     evaluator: FrozenEvaluator
     runner: StageRunner
     proposer: Proposer
-    policy: BestFirstPolicy
+    policy: BestFirstPolicy | None  # None: the proposer runs its own line (flat and greedy baselines)
 
 
 class Controller:
@@ -90,7 +90,7 @@ class Controller:
 
     def step(self) -> Node | None:
         """Propose, train, score and record one stage (None when the proposal was dropped)."""
-        parent = self.parts.policy.select(self.tree)
+        parent = self.parts.policy.select(self.tree) if self.parts.policy else None
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
         except ProposalDropped as exc:
@@ -107,8 +107,8 @@ class Controller:
         else:
             self.fail(node, outcome.reason)
         self.diagnose(node, outcome)
-        self.record(node, outcome)
         self.parts.proposer.observe(self.tree, node)
+        self.record(node, outcome)
         self.observer.stage_finished(node, self.tree)
         if node.extra.get("frozen_violation"):
             raise FrozenFileError(node.reason)
@@ -262,6 +262,8 @@ class Controller:
             "autorl.diagnosis": ",".join(f["name"] for f in node.extra.get("diagnosis", [])),
             "autorl.verdict": (node.extra.get("comparison") or {}).get("verdict", ""),
         }
+        if "kept" in node.extra:
+            tags["autorl.kept"] = node.extra["kept"]
         if "optuna_trial" in node.extra:
             tags["autorl.optuna_trial"] = node.extra["optuna_trial"]
         return tags

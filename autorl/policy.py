@@ -1,10 +1,18 @@
 """Tree policy: which node to extend with the next stage.
 
-UCT-style best-first: every expandable node (the base model, and each scored node
-shallower than the depth limit) gets its validation score plus an exploration bonus
-that shrinks as it gains children. Failed children count as visits, so a node whose
-stages keep crashing is tried less. Ties are broken by a seeded RNG, so a search is
-reproducible for a seed.
+UCT-style best-first over noise-aware scores. Every expandable node (the base model,
+and each scored node shallower than the depth limit) is valued
+
+    validation score + c · stderr · sqrt(ln(N + 1) / (children + 1))
+
+so the exploration bonus is measured in the node's own standard errors: a node within
+a couple of standard errors of the leader still gets tried, one far below it does not.
+Failed children count as visits, so a node whose stages keep crashing is tried less.
+Ties are broken by a seeded RNG, so a search is reproducible for a seed.
+
+Fresh roots: the base model is a candidate like any node, and until ``min_roots``
+first stages exist it is chosen outright, so the search never bets everything on one
+first stage.
 
 Diagnosis steers it: a node that is worse than its parent beyond noise, or whose
 stage shows a critical pathology (reward collapse, non-finite values, no gradient,
@@ -18,6 +26,8 @@ import random
 
 from autorl.tree import Node, Tree
 
+DEFAULT_STDERR = 0.016  # the arith template's validation error; used before any score is known
+
 
 def healthy(node: Node) -> bool:
     """False when diagnosis says the node should not be extended."""
@@ -27,9 +37,10 @@ def healthy(node: Node) -> bool:
 
 
 class BestFirstPolicy:
-    def __init__(self, max_depth: int, exploration: float = 0.05, seed: int = 0):
+    def __init__(self, max_depth: int, exploration: float = 2.0, seed: int = 0, min_roots: int = 2):
         self.max_depth = max_depth
-        self.exploration = exploration  # in score units: 0.05 = five accuracy points
+        self.exploration = exploration  # in standard errors of the node's score
+        self.min_roots = min_roots
         self.rng = random.Random(seed)
 
     def candidates(self, tree: Tree) -> list[str | None]:
@@ -38,11 +49,13 @@ class BestFirstPolicy:
 
     def value(self, tree: Tree, node_id: str | None) -> float:
         visits = len(tree.children(node_id))
-        total = len(tree.nodes)
-        bonus = self.exploration * math.sqrt(math.log(total + 1) / (visits + 1))
+        stderr = tree.stderr_of(node_id) or DEFAULT_STDERR
+        bonus = self.exploration * stderr * math.sqrt(math.log(len(tree.nodes) + 1) / (visits + 1))
         return (tree.score_of(node_id) or 0.0) + bonus
 
     def select(self, tree: Tree) -> str | None:
+        if len(tree.children(None)) < self.min_roots:
+            return None
         candidates = self.candidates(tree)
         values = {c: self.value(tree, c) for c in candidates}
         top = max(values.values())

@@ -14,7 +14,7 @@ from functools import partial
 
 from autorl import hpo
 from autorl.budget import Budget
-from autorl.config import LLM_STRATEGIES, SessionConfig
+from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.context import ContextBuilder
 from autorl.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from autorl.controller import Collaborators, Controller
@@ -23,7 +23,7 @@ from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
-from autorl.proposers import RandomProposer, TpeProposer
+from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from autorl.proposers.llm import LLMProposer
 from autorl.stage import StageRunner
 from autorl.template import Template
@@ -38,11 +38,18 @@ def new_session_name(topic: str) -> str:
 
 def make_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
                   api_key: str | None, notify):
+    space, depth, seed = template.space, config.max_depth, config.seed
+    if config.strategy == "grid":
+        return GridProposer(space, depth, seed)
     if config.strategy == "random":
-        return RandomProposer(template.space, seed=config.seed)
-    study = hpo.open_study(config.runs_dir, config.name, config.seed)
-    if config.strategy not in LLM_STRATEGIES:
-        return TpeProposer(template.space, study)
+        return RandomScheduleProposer(space, depth, seed)
+    if config.strategy == "greedy":
+        return GreedyProposer(space, depth, seed)
+    study = hpo.open_study(config.runs_dir, config.name, seed)
+    if config.strategy == "optuna":
+        return FlatTpeProposer(space, depth, study, seed)
+    if config.strategy == "tree":
+        return TpeProposer(space, study, seed=seed)
     settings = LLMSettings(
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
         max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
@@ -74,7 +81,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
         evaluator=FrozenEvaluator(workspace.path, guard),
         runner=StageRunner(workspace.path),
         proposer=make_proposer(config, template, workspace, budget, api_key, relay),
-        policy=BestFirstPolicy(config.max_depth, seed=config.seed),
+        policy=BestFirstPolicy(config.max_depth, seed=config.seed) if config.strategy in TREE_STRATEGIES else None,
     )
     run_id = tracker.start_session(
         config.name,

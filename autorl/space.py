@@ -6,6 +6,7 @@ outside the space never reaches a trial.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import tomllib
@@ -30,6 +31,7 @@ class Param(BaseModel):
     log: bool = False
     choices: list[Any] | None = None
     default: Any
+    grid: list[Any] | None = None
     help: str = ""
 
     @model_validator(mode="after")
@@ -46,6 +48,8 @@ class Param(BaseModel):
                 raise ValueError(f"{self.name}: a log scale needs low > 0")
             if not self.low <= self.default <= self.high:
                 raise ValueError(f"{self.name}: default {self.default} is outside [{self.low}, {self.high}]")
+        for value in self.grid or []:
+            self.check(value)
         return self
 
     def check(self, value: Any) -> Any:
@@ -64,12 +68,15 @@ class Param(BaseModel):
             raise ProposalError(f"{self.name}={value!r} is outside [{self.low:g}, {self.high:g}]")
         return float(value) if self.type == "float" else value
 
-    def distribution(self) -> optuna.distributions.BaseDistribution:
+    def distribution(self, low: float | None = None, high: float | None = None) -> optuna.distributions.BaseDistribution:
+        """Optuna's distribution for this parameter, optionally narrowed to [low, high]."""
         if self.type == "categorical":
             return optuna.distributions.CategoricalDistribution(self.choices)
+        low = self.low if low is None else low
+        high = self.high if high is None else high
         if self.type == "int":
-            return optuna.distributions.IntDistribution(int(self.low), int(self.high), log=self.log)
-        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
+            return optuna.distributions.IntDistribution(int(low), int(high), log=self.log)
+        return optuna.distributions.FloatDistribution(low, high, log=self.log)
 
     def sample(self, rng: random.Random) -> Any:
         if self.type == "categorical":
@@ -113,6 +120,30 @@ class SearchSpace:
 
     def sample(self, rng: random.Random) -> dict[str, Any]:
         return {name: param.sample(rng) for name, param in self.params.items()}
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every combination of the parameters' ``grid`` values, the others at their defaults."""
+        axes = [[(name, v) for v in param.grid] if param.grid else [(name, param.default)]
+                for name, param in self.params.items()]
+        return [dict(point) for point in itertools.product(*axes)]
+
+    def mutate(self, values: dict[str, Any], rng: random.Random, changes: int = 1) -> dict[str, Any]:
+        """``values`` with ``changes`` parameters moved: a numeric one by a random step of up to
+        a quarter of its range (log range where log), a categorical one to another choice."""
+        mutated = dict(values)
+        for name in rng.sample(sorted(self.params), k=min(changes, len(self.params))):
+            param = self.params[name]
+            if param.type == "categorical":
+                mutated[name] = rng.choice([c for c in param.choices if c != values[name]] or param.choices)
+                continue
+            if param.log:
+                span = math.log(param.high) - math.log(param.low)
+                value = math.exp(math.log(values[name]) + rng.uniform(-0.25, 0.25) * span)
+            else:
+                value = values[name] + rng.uniform(-0.25, 0.25) * (param.high - param.low)
+            value = min(max(value, param.low), param.high)
+            mutated[name] = round(value) if param.type == "int" else value
+        return self.check(mutated)
 
     def describe(self) -> list[dict]:
         return [param.model_dump(exclude_none=True) for param in self.params.values()]

@@ -6,7 +6,7 @@ import pytest
 from autorl import hpo
 from autorl import template as templates
 from autorl.policy import BestFirstPolicy
-from autorl.proposers import RandomProposer, TpeProposer
+from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from autorl.tree import Node, Status, Tree
 
 
@@ -37,11 +37,22 @@ def test_policy_is_deterministic_for_a_seed():
     assert picks[0] == picks[1]
 
 
-def test_exploration_bonus_favours_unvisited_nodes():
+def test_exploration_bonus_is_in_standard_errors():
     tree = sample_tree()
+    tree.nodes["n001"].val_score = 0.695  # within noise of n002 (stderr 0.01)
     for i in range(6):  # many failed children of n002
         tree.add(Node(f"f{i}", "n002", 3, {}, seed=0, proposer="t", status=Status.FAILED))
-    assert BestFirstPolicy(max_depth=3, exploration=0.2).select(tree) != "n002"
+    assert BestFirstPolicy(max_depth=3, exploration=2.0).select(tree) == "n001"
+    tree.nodes["n001"].val_score = 0.60  # ten standard errors behind: exploration does not reach it
+    assert BestFirstPolicy(max_depth=3, exploration=2.0).select(tree) == "n002"
+
+
+def test_policy_starts_fresh_roots_until_min_roots():
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    assert BestFirstPolicy(max_depth=3, min_roots=2).select(tree) is None
+    scored(tree, "n001", None, 0.9)
+    assert BestFirstPolicy(max_depth=3, min_roots=2).select(tree) is None  # a second first stage
+    assert BestFirstPolicy(max_depth=3, min_roots=1).select(tree) == "n001"
 
 
 def test_diagnosis_keeps_the_policy_off_unhealthy_nodes():
@@ -60,13 +71,64 @@ def test_tree_paths_and_best():
         tree.add(Node("x", "nope", 1, {}, seed=0, proposer="t"))
 
 
-def test_random_proposer_starts_from_defaults_then_samples():
+def run_line(proposer, scores, tree=None):
+    """Feed a proposer scores as if each proposal had trained; returns the proposals."""
+    tree = tree or Tree(base_score=0.5, base_stderr=0.01)
+    proposals = []
+    for score in scores:
+        proposal = proposer.propose(tree, None)
+        proposals.append(proposal)
+        parent = tree.nodes.get(proposal.parent) if proposal.parent else None
+        node = Node(tree.next_id(), proposal.parent, 1 + (parent.depth if parent else 0), proposal.hyperparameters,
+                    seed=0, proposer=proposer.name, status=Status.SUCCEEDED if score is not None else Status.FAILED,
+                    val_score=score, val_stderr=0.01)
+        tree.add(node)
+        proposer.observe(tree, node)
+    return proposals, tree
+
+
+def test_grid_runs_each_point_as_a_constant_schedule_in_seeded_order():
     space = templates.load("arith").space
-    proposer = RandomProposer(space, seed=3)
-    tree = Tree(base_score=0.5)
-    assert proposer.propose(tree, None).hyperparameters == space.defaults()
-    scored(tree, "n001", None, 0.6)
-    assert space.check(proposer.propose(tree, "n001").hyperparameters)
+    points = space.grid_points()
+    assert len(points) == 6 and all(p["beta"] == space.defaults()["beta"] for p in points)
+    proposals, tree = run_line(GridProposer(space, max_depth=3, seed=1), [0.6, 0.7, 0.65, 0.6])
+    assert [p.parent for p in proposals] == [None, "n001", "n002", None]
+    assert proposals[0].hyperparameters == proposals[2].hyperparameters != proposals[3].hyperparameters
+    again, _ = run_line(GridProposer(space, max_depth=3, seed=1), [0.6, 0.7, 0.65, 0.6])
+    assert [p.hyperparameters for p in again] == [p.hyperparameters for p in proposals]
+
+
+def test_a_failed_stage_ends_its_schedule():
+    space = templates.load("arith").space
+    proposals, _ = run_line(GridProposer(space, max_depth=3, seed=0), [0.6, None, 0.6])
+    assert [p.parent for p in proposals] == [None, "n001", None]
+
+
+def test_random_schedules_have_random_lengths_within_depth():
+    space = templates.load("arith").space
+    proposals, tree = run_line(RandomScheduleProposer(space, max_depth=3, seed=3), [0.6] * 12)
+    assert max(n.depth for n in tree.nodes.values()) <= 3
+    assert {p.parent is None for p in proposals} == {True, False}
+
+
+def test_flat_optuna_tells_one_trial_per_schedule(tmp_path):
+    space = templates.load("arith").space
+    study = hpo.open_study(tmp_path, "flat", seed=0)
+    proposals, tree = run_line(FlatTpeProposer(space, 3, study), [0.6] * 7)
+    roots = sum(p.parent is None for p in proposals)
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(finished) in (roots, roots - 1)  # the last schedule may still be running
+    assert all(t.params["stages"] == sum(1 for p in proposals if p.optuna_trial == t.number) for t in finished)
+
+
+def test_greedy_keeps_improvements_and_discards_the_rest():
+    space = templates.load("arith").space
+    proposals, tree = run_line(GreedyProposer(space, max_depth=2, seed=0), [0.6, 0.55, 0.7, 0.65, 0.72])
+    assert proposals[0].hyperparameters == space.defaults()
+    assert [p.parent for p in proposals] == [None, "n001", "n001", "n001", "n001"]
+    # n003 (0.7) is kept at depth 2 = the limit: its last stage is retried from n001; n005 beats it
+    assert tree.nodes["n003"].extra.get("kept") and not tree.nodes["n002"].extra.get("kept")
+    assert tree.nodes["n005"].extra.get("kept") and not tree.nodes["n004"].extra.get("kept")
 
 
 def test_tpe_tells_gain_over_parent_and_survives_reopen(tmp_path):

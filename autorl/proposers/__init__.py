@@ -1,7 +1,9 @@
 """Proposers decide what the next stage trains: hyperparameters (and, later, edits)."""
 
 from autorl.proposers.base import Proposal, Proposer
-from autorl.proposers.random_search import RandomProposer
+from autorl.proposers.greedy import GreedyProposer
+from autorl.proposers.schedules import FlatTpeProposer, GridProposer, RandomScheduleProposer
 from autorl.proposers.tpe import TpeProposer
 
-__all__ = ["Proposal", "Proposer", "RandomProposer", "TpeProposer"]
+__all__ = ["FlatTpeProposer", "GreedyProposer", "GridProposer", "Proposal", "Proposer", "RandomScheduleProposer",
+           "TpeProposer"]

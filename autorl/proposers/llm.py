@@ -223,9 +223,7 @@ class LLMProposer:
             if not low < high:
                 raise ProposalError(f"search range for {item.name!r} [{item.low:g}, {item.high:g}] is empty inside "
                                     f"the space bounds [{param.low:g}, {param.high:g}]")
-            kind = optuna.distributions.IntDistribution if param.type == "int" else optuna.distributions.FloatDistribution
-            distributions[item.name] = kind(int(low) if param.type == "int" else low,
-                                            int(high) if param.type == "int" else high, log=param.log)
+            distributions[item.name] = param.distribution(low, high)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)

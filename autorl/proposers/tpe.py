@@ -1,36 +1,83 @@
-"""Optuna TPE over stage hyperparameters, through ask/tell.
+"""The tree strategy's proposer: Optuna TPE through ask/tell, steered by diagnosis.
 
 The value told for a stage is its *gain over the parent* (validation score minus the
 parent's), not its raw score: a second stage from a strong checkpoint and a first
 stage from the base model are then judged on the same footing. The stage depth and
 parent are stored as trial attributes. Only the controller talks to the study.
+
+Before asking, the parent's findings narrow the space (``steering``): after entropy
+collapse TPE samples only temperatures above the parent's, and so on. A sample that
+nearly repeats a sibling (``novelty``) is failed in the study and asked again; after
+``MAX_RESAMPLES`` a uniform draw inside the same ranges replaces it.
 """
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import optuna
+from optuna.trial import TrialState
 
 from autorl.hpo import record_node
+from autorl.novelty import duplicate_of
 from autorl.proposers.base import Proposal
 from autorl.space import SearchSpace
+from autorl.steering import steered_space
 from autorl.tree import Node, Tree
+
+MAX_RESAMPLES = 3
 
 
 class TpeProposer:
     name = "optuna"
 
-    def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True):
+    def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
+                 steer: bool = True, seed: int = 0):
         self.space = space
         self.study = study
+        self.steer = steer
+        self.rng = random.Random(seed)
         if start_with_defaults and not study.trials:
             study.enqueue_trial(space.defaults())  # a known-good reference first
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
-        trial = self.study.ask(self.space.distributions())
+        node = tree.nodes.get(parent) if parent else None
+        findings = node.extra.get("diagnosis", []) if node and self.steer else []
+        ranges, fixed, applied = steered_space(self.space, node.hyperparameters if node else {}, findings)
+        commit = node.commit if node else None
+        notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
+        for _ in range(MAX_RESAMPLES):
+            trial = self.ask(ranges, fixed, tree, parent)
+            values = self.space.check(trial.params)
+            twin = duplicate_of(tree, self.space, parent, values, commit)
+            if twin is None:
+                rationale = "; ".join(["TPE sample", *notes])
+                return Proposal(parent=parent, hyperparameters=values, rationale=rationale, optuna_trial=trial.number)
+            trial.set_user_attr("duplicate_of", twin)
+            self.study.tell(trial.number, state=TrialState.FAIL)
+            notes.append(f"resampled a near-duplicate of {twin}")
+        values = self.uniform(ranges, fixed)
+        return Proposal(parent=parent, hyperparameters=values, proposer="random",
+                        rationale="; ".join(["uniform draw: TPE kept repeating earlier siblings", *notes]))
+
+    def ask(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree,
+            parent: str | None) -> optuna.Trial:
+        if fixed:
+            self.study.enqueue_trial(fixed, skip_if_exists=False)
+        distributions = {name: param.distribution(*ranges.get(name, (None, None)))
+                         for name, param in self.space.params.items()}
+        trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)
-        values = self.space.check(trial.params)
-        return Proposal(parent=parent, hyperparameters=values, rationale="TPE sample", optuna_trial=trial.number)
+        return trial
+
+    def uniform(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any]) -> dict[str, Any]:
+        values = self.space.sample(self.rng)
+        for name, (low, high) in ranges.items():
+            narrowed = self.space.params[name].model_copy(update={"low": low, "high": high})
+            values[name] = narrowed.sample(self.rng)
+        return self.space.check(values | fixed)
 
     def observe(self, tree: Tree, node: Node) -> None:
         record_node(self.study, self.space, tree, node)

@@ -1,0 +1,46 @@
+"""Greedy keep-or-discard on a single line (the autoresearch loop, in stages).
+
+One incumbent: the best node kept so far (the base model at first). Each proposal
+mutates one or two of the incumbent's hyperparameters and trains a stage from it; a
+child that scores higher than the incumbent is kept and becomes the new incumbent,
+any other is discarded. At the depth limit the incumbent's last stage is retried from
+its parent instead, and kept only if it beats the incumbent.
+"""
+
+from __future__ import annotations
+
+import random
+
+from autorl.proposers.base import Proposal
+from autorl.space import SearchSpace
+from autorl.tree import Node, Tree
+
+
+class GreedyProposer:
+    name = "greedy"
+    chooses_parent = True
+
+    def __init__(self, space: SearchSpace, max_depth: int, seed: int = 0):
+        self.space = space
+        self.max_depth = max_depth
+        self.rng = random.Random(seed)
+        self.incumbent: str | None = None
+
+    def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        incumbent = tree.nodes.get(self.incumbent) if self.incumbent else None
+        if incumbent is None:
+            start, values = None, self.space.defaults()
+        else:
+            start = incumbent.parent if incumbent.depth >= self.max_depth else incumbent.id
+            values = incumbent.hyperparameters
+        if tree.nodes:  # the very first stage runs the defaults as they are
+            values = self.space.mutate(values, self.rng, changes=self.rng.randint(1, 2))
+        action = "retry the last stage of" if incumbent is not None and start != incumbent.id else "extend"
+        return Proposal(parent=start, hyperparameters=values, proposer=self.name,
+                        rationale=f"{action} the incumbent {self.incumbent or 'base'} with a mutation")
+
+    def observe(self, tree: Tree, node: Node) -> None:
+        best = tree.score_of(self.incumbent)
+        if node.scored and (best is None or node.val_score > best):
+            self.incumbent = node.id
+            node.extra["kept"] = True

@@ -1,0 +1,79 @@
+"""Diagnosis steers the search without an LLM: each finding on a parent points some
+hyperparameters of its child up or down from the parent's values.
+
+The rules are the textbook responses to each GRPO pathology (they are also what the
+findings' suggestions say in words). A direction becomes a narrowed range: "up" keeps
+the part of the space above the parent's value, "down" the part below. Optuna's TPE
+then samples inside the narrowed ranges, so the diagnosis picks the direction and TPE
+picks the distance. Categorical parameters move one choice in the direction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autorl.space import Param, SearchSpace
+
+# finding name -> {parameter: "up" | "down"}
+RULES: dict[str, dict[str, str]] = {
+    "entropy_collapse": {"temperature": "up", "learning_rate": "down"},
+    "zero_variance_groups": {"num_generations": "up", "temperature": "up"},
+    "kl_blowup": {"learning_rate": "down", "beta": "up"},
+    "length_truncation": {"max_completion_length": "up"},
+    "length_explosion": {"max_completion_length": "down"},
+    "grad_norm_spikes": {"learning_rate": "down"},
+    "non_finite": {"learning_rate": "down"},
+    "reward_collapse": {"learning_rate": "down"},
+    "reward_plateau": {"learning_rate": "up", "max_steps": "up"},
+}
+
+
+def directions(findings: list[dict]) -> dict[str, str]:
+    """Parameter directions from a node's findings; the most severe finding wins a conflict.
+
+    >>> directions([{"name": "kl_blowup"}, {"name": "reward_plateau"}])
+    {'learning_rate': 'down', 'beta': 'up', 'max_steps': 'up'}
+    """
+    steer: dict[str, str] = {}
+    for finding in findings:  # findings come most severe first
+        for name, direction in RULES.get(finding.get("name", ""), {}).items():
+            steer.setdefault(name, direction)
+    return steer
+
+
+def narrowed_range(param: Param, value: Any, direction: str) -> tuple[float, float] | None:
+    """The numeric part of the space on ``direction``'s side of ``value`` (None if empty)."""
+    low, high = (value, param.high) if direction == "up" else (param.low, value)
+    low, high = max(low, param.low), min(high, param.high)
+    return (low, high) if low < high else None
+
+
+def next_choice(param: Param, value: Any, direction: str) -> Any | None:
+    """The neighbouring categorical choice in ``direction`` (choices are listed in order)."""
+    if value not in param.choices:
+        return None
+    index = param.choices.index(value) + (1 if direction == "up" else -1)
+    return param.choices[index] if 0 <= index < len(param.choices) else None
+
+
+def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: list[dict]
+                  ) -> tuple[dict[str, tuple[float, float]], dict[str, Any], dict[str, str]]:
+    """Numeric ranges and fixed categorical values for a child of a diagnosed parent.
+
+    Returns (ranges, fixed, applied) where ``applied`` names the directions that could
+    be followed (a parameter already at its bound cannot move further).
+    """
+    ranges: dict[str, tuple[float, float]] = {}
+    fixed: dict[str, Any] = {}
+    applied: dict[str, str] = {}
+    for name, direction in directions(findings).items():
+        param = space.params.get(name)
+        if param is None or name not in parent_values:
+            continue
+        if param.type == "categorical":
+            choice = next_choice(param, parent_values[name], direction)
+            if choice is not None:
+                fixed[name], applied[name] = choice, direction
+        elif (bounds := narrowed_range(param, parent_values[name], direction)) is not None:
+            ranges[name], applied[name] = bounds, direction
+    return ranges, fixed, applied

@@ -1,0 +1,223 @@
+"""Search efficiency: every strategy at the same stage budget, several search seeds each.
+
+Each (strategy, seed) is one real `autorl research` session on the CPU template, in
+its own runs directory. The search sees only the validation split; the winner of each
+session is scored once on the test split by the session itself. This script reads the
+sessions back from MLflow (`autorl show --json`) and reports, per strategy:
+
+- median and spread (min..max) of the winner's test accuracy, and its gain over the
+  base model;
+- the median test accuracy relative to grid's (the form LLMZero reports: +6-15%);
+- stages needed to reach grid's median best validation score (best-so-far curve);
+- wall time per session.
+
+    .venv/bin/python benchmarks/search_efficiency.py              # full: ~40 min on 2 cores
+    .venv/bin/python benchmarks/search_efficiency.py --quick      # CI smoke: tiny, minutes
+
+Writes search_efficiency.{md,json,png} to --out (default benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STRATEGIES = ("tree", "grid", "random", "optuna", "greedy")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--stages", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side (one torch thread each)")
+    parser.add_argument("--template", default="arith")
+    parser.add_argument("--steps", type=int, default=20,
+                        help="fix max_steps of every stage, so a stage budget is a compute budget (0: leave it free)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="where the sessions' runs go [a temp dir]; rerunning with the same --work skips "
+                             "sessions already recorded there")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: tree and grid, 1 seed, 2 stages")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.strategies, args.seeds, args.stages = "tree,grid", 1, 2
+    args.strategies = [s for s in args.strategies.split(",") if s]
+    return args
+
+
+def equal_compute_template(args: argparse.Namespace) -> str:
+    """A copy of the template whose ``max_steps`` is fixed: every stage costs the same compute."""
+    if not args.steps:
+        return args.template
+    from autorl import template as templates
+
+    dest = args.work / "template"
+    if not dest.exists():
+        templates.copy_to(templates.load(args.template), dest)
+        space = dest / "space.toml"
+        space.write_text(re.sub(r"(\[max_steps\]\ntype = \"categorical\"\nchoices = )\[[^\]]*\]\ndefault = \d+",
+                                rf"\g<1>[{args.steps}]\ndefault = {args.steps}", space.read_text()))
+    return str(dest)
+
+
+def run_session(strategy: str, seed: int, args: argparse.Namespace) -> dict:
+    """One session through the real CLI; returns its `show --json` plus its wall time."""
+    runs = args.work / f"{strategy}-{seed}"
+    name = f"bench-{strategy}-{seed}"
+    env = {**os.environ, "AUTORL_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1" if args.jobs > 1 else "2"}
+    command = [sys.executable, "-m", "autorl"]
+    started = time.monotonic()
+    done = subprocess.run([*command, "research", f"benchmark {strategy}", "--template", args.template_path,
+                           "--strategy", strategy, "--seed", str(seed), "--stages", str(args.stages),
+                           "--name", name], capture_output=True, text=True, env=env, cwd=REPO)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    shown = subprocess.run([*command, "show", name, "--json"], capture_output=True, text=True, env=env,
+                           cwd=REPO, check=True)
+    data = json.loads(shown.stdout)
+    return {"strategy": strategy, "seed": seed, "wall_seconds": wall, **summarise(data)}
+
+
+def summarise(data: dict) -> dict:
+    """What the report needs from one session: validation best-so-far per stage, and the winner's test score."""
+    best_so_far, best = [], float("-inf")
+    for node in data["nodes"]:
+        if node["val_score"] is not None:
+            best = max(best, node["val_score"])
+        best_so_far.append(best if best > float("-inf") else None)
+    return {
+        "session": data["name"], "base_val": data["base_score"], "base_test": data["base_test_score"],
+        "best_val": data["best_val_score"], "best_test": data["best_test_score"],
+        "best_test_stderr": data["best_test_stderr"], "best_so_far": best_so_far,
+        "best_path": data["best"]["path"] if data["best"] else [],
+        "failed_stages": sum(n["status"] == "failed" for n in data["nodes"]),
+    }
+
+
+def stages_to_reach(curve: list, target: float) -> int | None:
+    """First stage count at which a best-so-far curve reaches ``target`` (None: never)."""
+    return next((i + 1 for i, value in enumerate(curve) if value is not None and value >= target), None)
+
+
+def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
+    by_strategy = {s: [r for r in results if r["strategy"] == s] for s in args.strategies}
+    grid = by_strategy.get("grid") or []
+    grid_test = statistics.median(r["best_test"] for r in grid) if grid else None
+    grid_val = statistics.median(r["best_val"] for r in grid) if grid else None
+    base_test = statistics.median(r["base_test"] for r in results)
+    rows, table = [], {}
+    header = ("| strategy | test acc. median [min, max] | gain over base (points) | vs grid (relative) "
+              "| stages to grid's best val (median, reached/seeds) | wall per session |")
+    rows += [header, "|" + "---|" * 6]
+    for strategy, runs in by_strategy.items():
+        tests = [r["best_test"] for r in runs]
+        median = statistics.median(tests)
+        reach = [stages_to_reach(r["best_so_far"], grid_val) for r in runs] if grid_val is not None else []
+        reached = [n for n in reach if n is not None]
+        entry = {
+            "test_median": median, "test_min": min(tests), "test_max": max(tests),
+            "gain_over_base": median - base_test,
+            "vs_grid_relative": (median - grid_test) / grid_test if grid_test else None,
+            "stages_to_grid_best_median": statistics.median(reached) if reached else None,
+            "reached_grid_best": f"{len(reached)}/{len(runs)}",
+            "wall_seconds_median": statistics.median(r["wall_seconds"] for r in runs),
+        }
+        table[strategy] = entry
+        vs_grid = "—" if strategy == "grid" or entry["vs_grid_relative"] is None else f"{entry['vs_grid_relative']:+.1%}"
+        to_grid = "—" if entry["stages_to_grid_best_median"] is None else f"{entry['stages_to_grid_best_median']:g}"
+        rows.append(f"| {strategy} | {median:.3f} [{min(tests):.3f}, {max(tests):.3f}] | "
+                    f"{100 * entry['gain_over_base']:+.1f} | {vs_grid} | {to_grid} ({entry['reached_grid_best']}) | "
+                    f"{entry['wall_seconds_median'] / 60:.1f} min |")
+    stderr = statistics.median(r["best_test_stderr"] for r in results)
+    notes = [
+        "", f"Budget: {args.stages} stages per session, {args.seeds} search seeds per strategy, template "
+        f"`{args.template}`" + (f" with every stage fixed at {args.steps} GRPO steps (equal compute per stage)"
+                                  if args.steps else "") + f", {args.jobs} sessions side by side.",
+        f"Base model test accuracy {base_test:.3f}; one test score's standard error ≈ {stderr:.3f} "
+        f"(1,000 problems), so differences of medians below ~{2 * stderr:.3f} are within noise.",
+        "Grid's best validation score (median over seeds): " + ("—" if grid_val is None else f"{grid_val:.3f}") + ".",
+    ]
+    return "\n".join(rows + notes) + "\n", table
+
+
+def plot(results: list[dict], args: argparse.Namespace, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for strategy in args.strategies:
+        curves = [r["best_so_far"] for r in results if r["strategy"] == strategy]
+        stages = range(1, max(len(c) for c in curves) + 1)
+        columns = [[c[i] for c in curves if i < len(c) and c[i] is not None] for i in range(len(stages))]
+        medians = [statistics.median(col) if col else float("nan") for col in columns]
+        low = [min(col) if col else float("nan") for col in columns]
+        high = [max(col) if col else float("nan") for col in columns]
+        line, = ax.plot(list(stages), medians, marker="o", label=strategy)
+        ax.fill_between(list(stages), low, high, color=line.get_color(), alpha=0.12)
+    ax.set_xlabel("stages spent")
+    ax.set_ylabel("best validation accuracy so far")
+    ax.set_title(f"best so far: median and range over {args.seeds} seeds")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_all(args: argparse.Namespace) -> list[dict]:
+    """Run every (strategy, seed) session not already recorded in WORK/results.jsonl."""
+    log = args.work / "results.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    have = {(r["strategy"], r["seed"]) for r in done}
+    jobs = [(s, seed) for seed in range(args.seeds) for s in args.strategies if (s, seed) not in have]
+
+    def run_and_record(job):
+        result = run_session(*job, args)
+        with log.open("a") as handle:
+            handle.write(json.dumps(result) + "\n")
+        print(f"{result['session']}: best val {result['best_val']:.3f}, test {result['best_test']:.3f}, "
+              f"{result['wall_seconds'] / 60:.1f} min", flush=True)
+        return result
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        done += list(pool.map(run_and_record, jobs))
+    return [r for r in done if r["strategy"] in args.strategies and r["seed"] < args.seeds]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.work is None:
+        import tempfile
+
+        args.work = Path(tempfile.mkdtemp(prefix="autorl-bench-"))
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.template_path = equal_compute_template(args)
+    started = time.monotonic()
+    results = run_all(args)
+    text, table = report(results, args)
+    text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
+    stem = "search_efficiency_quick" if args.quick else "search_efficiency"
+    (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")
+    (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                                       "summary": table, "sessions": results}, indent=2))
+    plot(results, args, args.out / f"{stem}.png")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

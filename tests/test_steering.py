@@ -1,0 +1,70 @@
+"""Diagnosis steering Optuna's values, and de-duplication of near-identical stages."""
+
+import optuna
+
+from autorl import hpo
+from autorl import template as templates
+from autorl.novelty import duplicate_of, near_duplicate
+from autorl.proposers import TpeProposer
+from autorl.steering import steered_space
+from autorl.tree import Node, Status, Tree
+
+SPACE = templates.load("arith").space
+
+
+def parent_tree(findings, **values):
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    node = Node("n001", None, 1, SPACE.defaults() | values, seed=0, proposer="t", commit="c1",
+                status=Status.SUCCEEDED, val_score=0.6, val_stderr=0.016)
+    node.extra["diagnosis"] = [{"name": name, "severity": "warning"} for name in findings]
+    tree.add(node)
+    return tree
+
+
+def test_findings_become_directions_on_the_parents_values():
+    ranges, fixed, applied = steered_space(SPACE, SPACE.defaults(), [{"name": "entropy_collapse"},
+                                                                     {"name": "zero_variance_groups"}])
+    assert ranges["temperature"] == (1.0, 1.5) and ranges["learning_rate"] == (1e-5, 5e-5)
+    assert fixed == {"num_generations": 16}
+    assert applied == {"temperature": "up", "learning_rate": "down", "num_generations": "up"}
+
+
+def test_a_parameter_at_its_bound_is_not_steered():
+    _, fixed, applied = steered_space(SPACE, SPACE.defaults() | {"num_generations": 16},
+                                      [{"name": "zero_variance_groups"}])
+    assert "num_generations" not in fixed and "num_generations" not in applied
+
+
+def test_tpe_samples_inside_the_steered_ranges(tmp_path):
+    tree = parent_tree(["entropy_collapse", "length_truncation"], temperature=0.8, learning_rate=2e-4)
+    proposer = TpeProposer(SPACE, hpo.open_study(tmp_path, "s", 0), start_with_defaults=False)
+    for _ in range(6):
+        values = proposer.propose(tree, "n001").hyperparameters
+        assert values["temperature"] >= 0.8 and values["learning_rate"] <= 2e-4
+        assert values["max_completion_length"] == 16
+    assert "steered by n001's diagnosis" in proposer.propose(tree, "n001").rationale
+    healthy = parent_tree([], temperature=0.8)
+    temps = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"h{i}", i), start_with_defaults=False)
+             .propose(healthy, "n001").hyperparameters["temperature"] for i in range(8)]
+    assert min(temps) < 0.8  # without findings the whole range is open
+
+
+def test_near_duplicates_are_detected_by_position_in_the_space():
+    a = SPACE.defaults()
+    assert near_duplicate(SPACE, a, a | {"learning_rate": 5.5e-5, "temperature": 1.02})
+    assert not near_duplicate(SPACE, a, a | {"learning_rate": 1e-4})
+    assert not near_duplicate(SPACE, a, a | {"loss_type": "grpo"})
+
+
+def test_tpe_resamples_a_repeat_of_an_earlier_sibling(tmp_path):
+    tree = parent_tree([])
+    tree.add(Node("n002", "n001", 2, SPACE.defaults(), seed=0, proposer="t", commit="c1", status=Status.FAILED))
+    assert duplicate_of(tree, SPACE, "n001", SPACE.defaults(), "c1") == "n002"
+    assert duplicate_of(tree, SPACE, "n001", SPACE.defaults(), "other-commit") is None
+    study = hpo.open_study(tmp_path, "s", 0)
+    proposer = TpeProposer(SPACE, study)  # its first ask is the enqueued defaults: a repeat of n002
+    proposal = proposer.propose(tree, "n001")
+    assert proposal.hyperparameters != SPACE.defaults()
+    assert "resampled a near-duplicate of n002" in proposal.rationale
+    assert study.trials[0].state == optuna.trial.TrialState.FAIL
+    assert study.trials[0].user_attrs["duplicate_of"] == "n002"

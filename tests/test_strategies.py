@@ -1,0 +1,35 @@
+"""Every baseline strategy runs a complete session through the same executor, evaluator
+and tracking as the tree search (with an experiment that trains nothing, so it is fast)."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autorl import template as templates
+from autorl.config import make_config
+from autorl.session import create_session
+from conftest import make_template
+
+
+@pytest.fixture(scope="module")
+def fast_template(tmp_path_factory):
+    return templates.load(str(make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py")))
+
+
+@pytest.mark.parametrize("strategy", ["grid", "random", "optuna", "greedy"])
+def test_baseline_produces_a_complete_session(strategy, fast_template, runs_dir, tracker):
+    config = make_config(name=f"b-{strategy}", topic="t", template=str(fast_template.path), stages=3,
+                         strategy=strategy, seed=2, runs_dir=runs_dir, tracking_uri=tracker.uri)
+    controller = create_session(config, fast_template, tracker)
+    tree = controller.run()
+    assert controller.status == "finished" and controller.budget.spent_stages == 3
+    assert len(tree.nodes) == 3 and all(n.scored for n in tree.nodes.values())
+    assert all(n.depth <= config.max_depth for n in tree.nodes.values())
+    assert tree.best().test_score is not None
+    expected_proposer = {"optuna": "optuna-flat"}.get(strategy, strategy)
+    assert {n.proposer for n in tree.nodes.values()} == {expected_proposer}
+    client = MlflowClient(tracker.uri)
+    session = client.get_run(controller.session_run_id)
+    assert session.info.status == "FINISHED" and session.data.tags["autorl.strategy"] == strategy
+    for node in tree.nodes.values():
+        run = client.get_run(node.mlflow_run_id)
+        assert run.info.status == "FINISHED" and run.data.tags["autorl.proposer"] == expected_proposer
