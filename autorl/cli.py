@@ -62,6 +62,7 @@ def research(
         None, "--strategy", help="tree | grid | random | optuna | greedy | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search."),
     max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
+    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: how trials are isolated (see `autorl doctor`)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
@@ -88,7 +89,7 @@ def research(
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, runs_dir=runs, tracking_uri=tracker.uri,
+        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, runs_dir=runs, tracking_uri=tracker.uri,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
     )
@@ -175,6 +176,22 @@ def show(
     if data["best"]:
         best = data["best"]
         console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, test {fmt(best['test_score'])}")
+
+
+@app.command()
+@cli_errors
+def doctor(
+    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: the tier to check."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL", help="LLM endpoint to probe."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """Check this machine: sandbox tier and what it guarantees, GPU, LLM endpoint, tracking store."""
+    from autorl.doctor import checks
+
+    for title, ok, detail in checks(sandbox, llm_base_url, runs_dir, tracking_uri):
+        mark = {True: "[green]ok[/]", False: "[red]no[/]", None: "[yellow]--[/]"}[ok]
+        console.print(f"{mark}  [bold]{title}[/]: {detail}", highlight=False)
 
 
 def main() -> None:  # pragma: no cover

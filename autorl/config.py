@@ -66,6 +66,7 @@ class SessionConfig(BaseModel):
     strategy: str = Field("tree", description="How the next stage is proposed.")
     seed: int = Field(0, description="Seed of the search (policy, sampler, trial seeds).")
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
+    sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     runs_dir: Path
     tracking_uri: str
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
@@ -94,6 +95,13 @@ class SessionConfig(BaseModel):
     def _known_strategy(cls, value: str) -> str:
         if value not in STRATEGIES:
             raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
+        return value
+
+    @field_validator("sandbox")
+    @classmethod
+    def _known_sandbox(cls, value: str) -> str:
+        if value not in ("auto", "bwrap", "none"):
+            raise ValueError(f"unknown sandbox {value!r}; choose one of auto, bwrap, none")
         return value
 
     @field_validator("name")

@@ -71,6 +71,7 @@ class Controller:
 
     def run(self) -> Tree:
         self.observer.session_started(self.config.name, self.tree)
+        self.observer.message(self.parts.runner.sandbox.describe())
         try:
             self.score_base()
             while (reason := self.budget.exhausted()) is None:

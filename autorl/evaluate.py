@@ -2,7 +2,8 @@
 
 The controller, never the experiment, runs ``env/evaluate.py`` from the workspace
 after checking that no frozen file changed and that the checkpoint holds only weights
-and tokenizer files (safetensors, JSON): no pickles, no code to trust.
+and tokenizer files (safetensors, JSON): no pickles, no code to trust. The evaluator
+runs in the session's sandbox too, with the checkpoint mounted read-only.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import CheckpointError
-from autorl.executor import LocalExecutor, scrubbed_env
+from autorl.executor import scrubbed_env
 from autorl.frozen import FrozenGuard
+from autorl.sandbox import Mounts, Sandbox
 
 SAFE_SUFFIXES = {".safetensors", ".json", ".jinja", ".txt", ".model", ".md"}
 EVAL_WALL_SECONDS = 600.0
@@ -53,10 +55,11 @@ def check_checkpoint(checkpoint: Path) -> None:
 class FrozenEvaluator:
     """Runs the workspace's frozen ``env/evaluate.py`` on a checkpoint."""
 
-    def __init__(self, workspace: Path, guard: FrozenGuard, executor: LocalExecutor | None = None):
+    def __init__(self, workspace: Path, guard: FrozenGuard, sandbox: Sandbox, pristine_env: Path | None = None):
         self.workspace = workspace
         self.guard = guard
-        self.executor = executor or LocalExecutor()
+        self.sandbox = sandbox
+        self.pristine_env = pristine_env
 
     def score(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
         """Score ``checkpoint`` on ``split``; raises FrozenFileError or CheckpointError."""
@@ -66,9 +69,10 @@ class FrozenEvaluator:
         out = out_dir / f"eval_{split}.json"
         argv = [sys.executable, str(self.workspace / "env" / "evaluate.py"),
                 "--checkpoint", str(checkpoint), "--split", split, "--out", str(out)]
-        result = self.executor.run(
-            argv, cwd=out_dir, wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir), log_prefix=f"eval_{split}_"
-        )
+        mounts = Mounts(read_only=[self.workspace, checkpoint], writable=[out_dir])
+        result = self.sandbox.run(argv, cwd=out_dir, wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir),
+                                  mounts=mounts, log_prefix=f"eval_{split}_", guard=self.guard,
+                                  pristine=self.pristine_env)
         if not result.ok or not out.is_file():
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
         data = json.loads(out.read_text())

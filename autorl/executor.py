@@ -53,10 +53,16 @@ class RunResult:
     stdout_path: Path
     stderr_path: Path
     footer: dict[str, str] = field(default_factory=dict)
+    tier: str = "none"
+    peak_memory_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    oom_killed: bool = False
+    strays: int = 0  # processes left behind by the run and killed after it
+    violations: list[str] = field(default_factory=list)  # what the run did that it must not
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and not self.violations
 
     @property
     def signal(self) -> str | None:
@@ -66,8 +72,13 @@ class RunResult:
 
     def failure_reason(self, budget: float) -> str | None:
         """One line saying why the run failed, or None when it succeeded."""
+        if self.violations:
+            return "; ".join(self.violations)
         if self.timed_out:
             return f"timed out after {budget:.0f}s wall-clock budget (killed)"
+        if self.oom_killed:
+            limit = f" of {self.memory_limit_bytes / 2**30:.1f} GiB" if self.memory_limit_bytes else ""
+            return f"out of memory: killed by the kernel at the trial's memory limit{limit}"
         if self.returncode != 0:
             how = f"killed by {self.signal}" if self.signal else f"exited with code {self.returncode}"
             return f"{how}: {last_error_line(self.stderr_path)}"
@@ -116,13 +127,15 @@ class LocalExecutor:
         env: dict[str, str],
         log_prefix: str = "",
         on_poll: Callable[[], None] | None = None,
+        preexec_fn: Callable[[], None] | None = None,
     ) -> RunResult:
         stdout_path = cwd / f"{log_prefix}stdout.log"
         stderr_path = cwd / f"{log_prefix}stderr.log"
         started = time.monotonic()
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             process = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True
+                argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=preexec_fn,
             )
             timed_out = self._wait(process, started + wall_seconds, on_poll)
         kill_group(process.pid)  # children left behind in the group go too

@@ -1,15 +1,17 @@
 """The frozen environment guard.
 
 At session start the controller hashes every file under the workspace's ``env/``.
-Before every evaluation it hashes them again; any changed, missing or new file stops
-scoring with a FrozenFileError, because a score from a tampered evaluator is worthless.
-Files are also made read-only, which stops mistakes but not a process running as the
-same user: the hash check is what makes tampering visible.
+After every sandboxed run it hashes them again and puts back any changed file from the
+template (the run is flagged); before every evaluation a change that is still there
+stops scoring with a FrozenFileError, because a score from a tampered evaluator is
+worthless. Under bubblewrap ``env/`` is mounted read-only, so the check should never
+fire; in the fallback tier it is what makes tampering visible.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import stat
 from pathlib import Path
 
@@ -50,6 +52,22 @@ class FrozenGuard:
         missing = [f"{prefix}/{p} (deleted)" for p in self.expected if p not in actual]
         added = [f"{prefix}/{p} (added)" for p in actual if p not in self.expected]
         return changed + missing + added
+
+    def restore_from(self, pristine: Path) -> None:
+        """Put the recorded files back from a pristine copy and remove added ones."""
+        actual = hash_tree(self.root)
+        for relative in set(actual) - set(self.expected):
+            (self.root / relative).unlink()
+        for relative, digest in self.expected.items():
+            if actual.get(relative) != digest:
+                target = self.root / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.exists():
+                    target.chmod(0o644)
+                    target.unlink()
+                shutil.copyfile(pristine / relative, target)
+                target.chmod(0o444)
+        self.check()
 
     def check(self) -> None:
         changes = self.changes()

@@ -25,6 +25,7 @@ from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
 from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from autorl.proposers.llm import LLMProposer
+from autorl.sandbox import choose_sandbox
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
@@ -70,6 +71,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
+    sandbox = choose_sandbox(config.sandbox)
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
@@ -78,8 +80,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     parts = Collaborators(
         tracker=tracker,
         workspace=workspace,
-        evaluator=FrozenEvaluator(workspace.path, guard),
-        runner=StageRunner(workspace.path),
+        evaluator=FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=template.path / "env"),
+        runner=StageRunner(workspace.path, sandbox, guard, pristine_env=template.path / "env"),
         proposer=make_proposer(config, template, workspace, budget, api_key, relay),
         policy=BestFirstPolicy(config.max_depth, seed=config.seed) if config.strategy in TREE_STRATEGIES else None,
     )
@@ -91,6 +93,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
             "autorl.template": template.name,
             "autorl.strategy": config.strategy,
             "autorl.seed": str(config.seed),
+            "autorl.sandbox": sandbox.tier,
             "autorl.workspace": str(workspace.path),
             "mlflow.source.git.commit": workspace.head,
         },

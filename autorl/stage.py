@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autorl.executor import LocalExecutor, RunResult, scrubbed_env
+from autorl.executor import RunResult, scrubbed_env
+from autorl.frozen import FrozenGuard
+from autorl.sandbox import Mounts, Sandbox
 from autorl.spec import TrialSpec
 
 
@@ -55,9 +57,12 @@ class StageOutcome:
 class StageRunner:
     """Launches ``train.py`` from the workspace for one node."""
 
-    def __init__(self, workspace: Path, executor: LocalExecutor | None = None):
+    def __init__(self, workspace: Path, sandbox: Sandbox, guard: FrozenGuard | None = None,
+                 pristine_env: Path | None = None):
         self.workspace = workspace
-        self.executor = executor or LocalExecutor()
+        self.sandbox = sandbox
+        self.guard = guard
+        self.pristine_env = pristine_env
 
     def run(self, spec: TrialSpec, node_dir: Path, on_step: Callable[[dict], None] | None = None) -> StageOutcome:
         node_dir.mkdir(parents=True, exist_ok=True)
@@ -70,9 +75,9 @@ class StageRunner:
                     on_step(record)
 
         argv = [sys.executable, str(self.workspace / "train.py"), "--spec", str(spec_path)]
-        result = self.executor.run(
-            argv, cwd=node_dir, wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), on_poll=poll
-        )
+        mounts = Mounts(read_only=[self.workspace, Path(spec.init_checkpoint)], writable=[node_dir])
+        result = self.sandbox.run(argv, cwd=node_dir, wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir),
+                                  mounts=mounts, on_poll=poll, guard=self.guard, pristine=self.pristine_env)
         checkpoint = Path(spec.output_dir) / "checkpoint"
         reason = result.failure_reason(spec.wall_seconds)
         if reason is None and not result.footer:

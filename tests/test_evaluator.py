@@ -9,13 +9,14 @@ from autorl import template as templates
 from autorl.errors import CheckpointError
 from autorl.evaluate import FrozenEvaluator, check_checkpoint
 from autorl.frozen import FrozenGuard
+from autorl.sandbox import choose_sandbox
 from autorl.workspace import Workspace
 
 
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
     workspace = Workspace.create(templates.load("arith"), tmp_path_factory.mktemp("ws") / "ws")
-    return FrozenEvaluator(workspace.path, FrozenGuard.record(workspace.path / "env"))
+    return FrozenEvaluator(workspace.path, FrozenGuard.record(workspace.path / "env"), choose_sandbox("auto"))
 
 
 def test_scores_the_base_model_with_standard_error(evaluator, tmp_path):

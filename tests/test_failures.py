@@ -1,6 +1,7 @@
 """Misbehaving experiments: the node fails with a reason, the session goes on or stops cleanly."""
 
 import json
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -8,6 +9,7 @@ from mlflow.tracking import MlflowClient
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import FrozenFileError
+from autorl.sandbox import bwrap_works
 from autorl.session import create_session
 from conftest import make_template, run_cli
 
@@ -44,12 +46,20 @@ def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, 
     assert "evaluate.py (modified)" in run.data.tags["autorl.reason"]
 
 
-def test_experiment_that_tampers_with_the_env_stops_the_session(tmp_path, runs_dir):
+@pytest.mark.parametrize("sandbox", [
+    pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unavailable")), "none"])
+def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on(tmp_path, runs_dir, sandbox):
     template = make_template(tmp_path / "tpl", train_py="tamper_train.py")
-    done = run_cli("research", "tamper", "--template", str(template), "--stages", "2", "--name", "tamper")
-    assert done.returncode == 1
-    assert "evaluation refused" in done.stderr and "env/task.py (modified)" in done.stderr
-    assert "Traceback" not in done.stderr
+    done = run_cli("research", "tamper", "--template", str(template), "--stages", "2", "--name", "tamper",
+                   "--sandbox", sandbox)
+    assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(run_cli("show", "tamper", "--json").stdout)
-    assert data["status"] == "failed" and len(data["nodes"]) == 1
-    assert data["nodes"][0]["status"] == "failed" and data["nodes"][0]["val_score"] is None
+    assert data["status"] == "finished" and len(data["nodes"]) == 2
+    for node in data["nodes"]:
+        assert node["status"] == "failed" and node["val_score"] is None
+        if sandbox == "bwrap":  # blocked: env/ is mounted read-only
+            assert "Read-only file system" in node["reason"]
+        else:  # detected, flagged, and put back
+            assert "env/task.py (modified)" in node["reason"] and "restored" in node["reason"]
+    task = Path(data["workspace"]) / "env" / "task.py"
+    assert "True or extract_answer" not in task.read_text()

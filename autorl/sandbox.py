@@ -1,0 +1,259 @@
+"""Where untrusted code runs: ``train.py`` (and all it imports or starts), and the
+evaluator reading an untrusted checkpoint.
+
+Tier A, ``bwrap`` (bubblewrap, Debian package ``bubblewrap``) isolates:
+  - the filesystem: only an allow-list is visible — the Python install and venv, the
+    workspace (train.py, the frozen ``env/``, the base model) and the starting checkpoint
+    read-only, the node's run directory writable, a private ``/tmp``. Secret files,
+    other nodes and host unix sockets are not there at all;
+  - the network: a new, empty network namespace (no loopback to the host's services);
+  - processes: new PID, IPC, UTS and user namespaces, UID 65534, all capabilities
+    dropped, ``--die-with-parent``, ``--new-session``; the controller's ``/proc`` is
+    invisible, and when the trial's first process ends every process it left dies;
+  - the environment: an explicit scrubbed set, also for bwrap itself (``/proc/1/environ``).
+Tier D, ``none`` (no namespaces available) only: a scrubbed environment, a new session,
+a parent-death signal, a UID drop when root and the interpreter is readable by
+others, and the frozen-file hash check after every run (restore and flag). The network,
+host unix sockets and files readable by the controller's user stay open to the trial.
+
+Both tiers: a per-trial cgroup where one can be created (memory, CPU, process-count
+limits; peak memory; OOM detection; killing every process left behind), a wall-clock
+kill, and a sweep for escaped children. Neither tier limits disk space or hides the CPU
+model; GPUs are passed through only when asked for (``gpus``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from autorl.cgroups import Limits, TrialCgroup, detect as detect_cgroups
+from autorl.errors import ConfigError
+from autorl.executor import LocalExecutor, RunResult
+from autorl.frozen import FrozenGuard
+
+SANDBOX_KINDS = ("auto", "bwrap", "none")
+NOBODY = 65534
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+DEFAULT_LIMITS = Limits(memory_bytes=8 * 2**30, pids=512)
+GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps")
+
+
+@dataclass
+class Mounts:
+    """What a run may see besides the system: read-only paths and writable paths."""
+
+    read_only: list[Path] = field(default_factory=list)
+    writable: list[Path] = field(default_factory=list)
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(option, value, 0, 0, 0)
+
+
+def readable_by_others(path: Path) -> bool:
+    """Whether a non-root user could read ``path``: every ancestor searchable, the file readable."""
+    path = path.resolve()
+    for ancestor in reversed(path.parents):
+        if not ancestor.stat().st_mode & stat.S_IXOTH:
+            return False
+    return bool(path.stat().st_mode & stat.S_IROTH)
+
+
+class Sandbox:
+    """Tier D: the fallback that bounds and detects but does not isolate."""
+
+    tier = "none"
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, gpus: str | None = None):
+        self.limits = limits
+        self.gpus = gpus
+        self.cgroups = detect_cgroups()
+        self.drop_uid = os.geteuid() == 0 and readable_by_others(Path(sys.executable))
+        self.executor = LocalExecutor()
+        if self.cgroups is None:
+            _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a trial become ours, so the sweep finds them
+
+    # -- what it guarantees -------------------------------------------------------------------
+
+    def guarantees(self) -> dict[str, bool]:
+        return {
+            "frozen env and evaluator read-only": False,
+            "frozen env tampering detected and restored": True,
+            "secret files invisible": self.drop_uid,
+            "no network, no host unix sockets": False,
+            "controller's environment and /proc hidden": self.drop_uid,
+            "memory / process limits": self.cgroups is not None,
+            "no process survives the trial": True,
+            "wall-clock limit": True,
+        }
+
+    def describe(self) -> str:
+        if self.tier == "none":
+            return ("WARNING: tier D (no sandbox): trials share the host's network, unix sockets and files"
+                    + ("" if self.drop_uid else " and run as this user") + "; tampering is only detected")
+        return "tier A (bubblewrap): allow-listed filesystem, no network, own PID/user namespaces"
+
+    # -- running ------------------------------------------------------------------------------
+
+    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts) -> list[str]:
+        return argv
+
+    def run(self, argv: list[str], cwd: Path, wall_seconds: float, env: dict[str, str], mounts: Mounts,
+            log_prefix: str = "", on_poll: Callable[[], None] | None = None,
+            guard: FrozenGuard | None = None, pristine: Path | None = None) -> RunResult:
+        """Run ``argv`` under this tier; after it, sweep strays and check the frozen files."""
+        cgroup = TrialCgroup.create(f"trial-{uuid.uuid4().hex[:12]}", self.limits) if self.cgroups else None
+        if self.drop_uid and self.tier == "none":
+            for path in mounts.writable:
+                os.chown(path, NOBODY, NOBODY)
+        try:
+            result = self.executor.run(self.command(argv, cwd, env, mounts), cwd, wall_seconds, env, log_prefix,
+                                       on_poll, preexec_fn=self._preexec(cgroup))
+            result.tier = self.tier
+            result.strays = cgroup.kill_all() if cgroup else sweep_orphans()
+            if cgroup:
+                result.peak_memory_bytes = cgroup.peak_memory_bytes()
+                result.oom_killed = cgroup.oom_killed()
+                result.memory_limit_bytes = self.limits.memory_bytes
+        finally:
+            if cgroup:
+                cgroup.remove()
+        if guard is not None:
+            result.violations += restore_frozen(guard, pristine)
+        return result
+
+    def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
+        drop = self.drop_uid and self.tier == "none"
+
+        def in_child() -> None:  # runs in the forked child, before exec
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if cgroup is not None:
+                cgroup.join()
+            if drop:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+
+        return in_child
+
+
+class BwrapSandbox(Sandbox):
+    """Tier A: bubblewrap over an allow-listed filesystem (see the module docstring)."""
+
+    tier = "bwrap"
+
+    def guarantees(self) -> dict[str, bool]:
+        return {name: True for name in super().guarantees()} | {"memory / process limits": self.cgroups is not None}
+
+    def system_binds(self) -> list[str]:
+        args = ["--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"]
+        for path in ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/ssl/certs"):
+            args += ["--ro-bind-try", path, path]
+        for prefix in sorted({sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parents[1])}):
+            args += ["--ro-bind", prefix, prefix]
+        return args
+
+    def gpu_binds(self) -> list[str]:
+        """Device pass-through for NVIDIA GPUs (the devices must exist on the host)."""
+        if self.gpus is None:
+            return []
+        devices = [*GPU_DEVICES, *(f"/dev/nvidia{i}" for i in self.gpus.split(",") if i.strip().isdigit())]
+        args = []
+        for device in devices:
+            args += ["--dev-bind-try", device, device]
+        return args + ["--ro-bind", "/sys", "/sys", "--setenv", "CUDA_VISIBLE_DEVICES", self.gpus]
+
+    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts) -> list[str]:
+        args = ["bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
+                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+                "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                *self.system_binds()]
+        writable = [Path(p).resolve() for p in mounts.writable]
+        nested, outer = [], []
+        for path in (Path(p).resolve() for p in mounts.read_only):
+            (nested if any(w in path.parents for w in writable) else outer).append(path)
+        for path in outer:
+            args += ["--ro-bind", str(path), str(path)]
+        for path in writable:
+            args += ["--bind", str(path), str(path)]
+        for path in nested:  # a read-only checkpoint inside a writable run directory
+            args += ["--ro-bind", str(path), str(path)]
+        args += self.gpu_binds() + ["--chdir", str(cwd), "--clearenv"]
+        for key, value in sorted(env.items()):
+            args += ["--setenv", key, value]
+        return args + ["--", *argv]
+
+
+def restore_frozen(guard: FrozenGuard, pristine: Path | None) -> list[str]:
+    """Check the frozen files after a run; put back any changed file and say what happened."""
+    changes = guard.changes()
+    if not changes:
+        return []
+    if pristine is None:
+        return [f"frozen files changed: {', '.join(changes)} (not restored)"]
+    guard.restore_from(pristine)
+    return [f"frozen files changed by the run: {', '.join(changes)} (restored from the template)"]
+
+
+def sweep_orphans() -> int:
+    """Kill and reap processes that were re-parented to us (we are a subreaper in tier D)."""
+    me, killed = os.getpid(), 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and int(entry.name) != me:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                os.waitpid(int(entry.name), 0)
+                killed += 1
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    return killed
+
+
+def bwrap_works() -> tuple[bool, str]:
+    """Probe bubblewrap once: installed, and able to create the namespaces we ask for."""
+    if shutil.which("bwrap") is None:
+        return False, "bwrap is not installed (apt-get install bubblewrap)"
+    argv = BwrapSandbox(Limits()).command([sys.executable, "-c", "print('ok')"], Path("/tmp"), {"PATH": "/usr/bin"}, Mounts())
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap failed to start: {exc}"
+    if done.returncode != 0 or done.stdout.strip() != "ok":
+        return False, f"bwrap cannot create namespaces here: {(done.stderr or done.stdout).strip()[:200]}"
+    return True, "ok"
+
+
+def choose_sandbox(kind: str = "auto", limits: Limits = DEFAULT_LIMITS, gpus: str | None = None,
+                   notify: Callable[[str], None] | None = None) -> Sandbox:
+    """The strongest tier that works (``auto``), or the one asked for; probed once per call."""
+    if kind not in SANDBOX_KINDS:
+        raise ConfigError(f"unknown sandbox {kind!r}; choose one of {', '.join(SANDBOX_KINDS)}")
+    if kind == "none":
+        return Sandbox(limits, gpus)
+    works, why = bwrap_works()
+    if works:
+        return BwrapSandbox(limits, gpus)
+    if kind == "bwrap":
+        raise ConfigError(f"--sandbox bwrap: {why}")
+    if notify:
+        notify(f"WARNING: {why}; trials run WITHOUT isolation (tier D): network, host sockets and files are open")
+    return Sandbox(limits, gpus)

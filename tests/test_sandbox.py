@@ -1,0 +1,252 @@
+"""Hostile runs, one per property, against each sandbox tier this machine offers.
+
+Tier A (bubblewrap) must block every attack. Tier D (no namespaces) must bound time,
+memory and processes and detect tampering; what it cannot stop (network, host sockets,
+files readable by this user) it must say it does not guarantee.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from autorl.cgroups import Limits
+from autorl.executor import scrubbed_env
+from autorl.frozen import FrozenGuard
+from autorl.sandbox import BwrapSandbox, Mounts, Sandbox, bwrap_works, choose_sandbox
+
+BWRAP, WHY_NOT = bwrap_works()
+TIERS = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=WHY_NOT)), "none"]
+MARKER = "autorl-hostile-marker-7f3a"
+
+
+@pytest.fixture
+def layout(tmp_path):
+    """A workspace with a frozen env, a pristine copy, a run directory, and a secret outside it."""
+    workspace, pristine, run_dir = tmp_path / "workspace", tmp_path / "pristine", tmp_path / "run"
+    for folder in (workspace / "env", pristine, run_dir):
+        folder.mkdir(parents=True)
+    for folder in (workspace / "env", pristine):
+        (folder / "task.py").write_text("ANSWER = 42\n")
+    (tmp_path / "secret.txt").write_text(MARKER)
+    guard = FrozenGuard.record(workspace / "env")
+    return {"workspace": workspace, "pristine": pristine, "run": run_dir, "secret": tmp_path / "secret.txt",
+            "guard": guard, "root": tmp_path}
+
+
+def make_sandbox(tier: str, limits: Limits = Limits(memory_bytes=512 * 2**20, pids=64)) -> Sandbox:
+    return BwrapSandbox(limits) if tier == "bwrap" else Sandbox(limits)
+
+
+def run_hostile(sandbox: Sandbox, layout: dict, code: str, wall: float = 60):
+    run_dir = layout["run"]
+    mounts = Mounts(read_only=[layout["workspace"]], writable=[run_dir])
+    result = sandbox.run([sys.executable, "-c", textwrap.dedent(code)], cwd=run_dir, wall_seconds=wall,
+                         env=scrubbed_env(run_dir), mounts=mounts, guard=layout["guard"], pristine=layout["pristine"])
+    return result, result.stdout_path.read_text(), result.stderr_path.read_text()
+
+
+@pytest.fixture(autouse=True)
+def no_stray_processes():
+    yield
+    time.sleep(0.2)
+    left = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes survived the test: {left}"
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_write_into_the_frozen_env(tier, layout):
+    task = layout["workspace"] / "env" / "task.py"
+    result, out, err = run_hostile(make_sandbox(tier), layout, f"""
+        import os
+        path = {str(task)!r}
+        os.chmod(path, 0o644)
+        open(path, "w").write("ANSWER = 0  # pwned")
+        print("wrote")
+    """)
+    assert task.read_text() == "ANSWER = 42\n"  # blocked, or put back
+    if tier == "bwrap":
+        assert "Read-only file system" in err and not result.ok
+        assert result.violations == []
+    else:
+        assert "wrote" in out
+        assert result.violations and "env/task.py (modified)" in result.violations[0] and "restored" in result.violations[0]
+        assert not result.ok and "frozen files changed" in result.failure_reason(60)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_tcp_connection_to_a_loopback_server(tier, layout):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(15)
+    port = server.getsockname()[1]
+    got = []
+    thread = threading.Thread(target=lambda: got.append(_accept(server)), daemon=True)
+    thread.start()
+    sandbox = make_sandbox(tier)
+    _, out, _ = run_hostile(sandbox, layout, f"""
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", {port}), timeout=5).sendall(b"{MARKER[:6]}")
+            print("connected")
+        except OSError as exc:
+            print("blocked", exc)
+    """)
+    thread.join(20)
+    server.close()
+    if tier == "bwrap":
+        assert "blocked" in out and got in ([None], [])
+    else:
+        assert "connected" in out and not sandbox.guarantees()["no network, no host unix sockets"]
+
+
+def _accept(server):
+    try:
+        connection, _ = server.accept()
+        return connection.recv(16)
+    except OSError:
+        return None
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_connect_to_a_host_unix_socket(tier, layout):
+    path = layout["root"] / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    sandbox = make_sandbox(tier)
+    _, out, _ = run_hostile(sandbox, layout, f"""
+        import socket
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect({str(path)!r})
+            print("connected")
+        except OSError as exc:
+            print("blocked", exc)
+    """)
+    server.close()
+    if tier == "bwrap":
+        assert "blocked" in out
+    else:
+        assert "connected" in out and not sandbox.guarantees()["no network, no host unix sockets"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_secret_in_the_environment_and_in_proc_environ(tier, layout, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", MARKER)
+    decoy = subprocess.Popen(["sleep", "30"], env={**os.environ, "CONTROLLER_SECRET": MARKER})  # a process holding it
+    try:
+        sandbox = make_sandbox(tier)
+        _, out, _ = run_hostile(sandbox, layout, f"""
+            import os, glob
+            hits = [k for k, v in os.environ.items() if {MARKER!r} in v]
+            for path in glob.glob("/proc/*/environ"):
+                try:
+                    if {MARKER!r}.encode() in open(path, "rb").read():
+                        hits.append(path)
+                except OSError:
+                    pass
+            print("hits", hits)
+        """)
+    finally:
+        decoy.kill()
+        decoy.wait()
+    assert "OPENAI_API_KEY" not in out  # never in the trial's own environment, in any tier
+    if tier == "bwrap":
+        assert "hits []" in out
+    elif "hits []" not in out:
+        assert not sandbox.guarantees()["controller's environment and /proc hidden"]
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_read_a_secret_file_outside_the_run_dir(tier, layout):
+    sandbox = make_sandbox(tier)
+    _, out, _ = run_hostile(sandbox, layout, f"""
+        try:
+            print("read", open({str(layout["secret"])!r}).read())
+        except OSError as exc:
+            print("blocked", exc)
+    """)
+    if tier == "bwrap":
+        assert "blocked" in out and MARKER not in out
+    elif MARKER in out:
+        assert not sandbox.guarantees()["secret files invisible"]
+
+
+needs_cgroups = pytest.mark.skipif(Sandbox(Limits()).cgroups is None, reason="no writable cgroup on this machine")
+
+
+@needs_cgroups
+@pytest.mark.parametrize("tier", TIERS)
+def test_allocate_past_the_memory_limit(tier, layout):
+    result, out, _ = run_hostile(make_sandbox(tier), layout, f"""
+        # {MARKER}
+        blocks = []
+        for _ in range(64):
+            blocks.append(bytearray(32 * 2**20))  # 2 GiB in all, against a 512 MiB limit
+        print("allocated")
+    """)
+    assert "allocated" not in out
+    assert result.oom_killed and "out of memory" in result.failure_reason(60)
+    assert result.peak_memory_bytes and result.peak_memory_bytes <= 600 * 2**20
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_setsid_child_left_sleeping_does_not_survive(tier, layout):
+    pid_file = layout["run"] / "child.pid"
+    result, _, _ = run_hostile(make_sandbox(tier), layout, f"""
+        import os, sys, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                open({str(pid_file)!r}, "w").write(str(os.getpid()))
+                os.execvp("sleep", ["sleep", "1000", {MARKER!r}])
+            os._exit(0)
+        time.sleep(1)
+    """)
+    assert result.ok and pid_file.exists()
+    # the autouse fixture checks that `sleep 1000 <marker>` is gone
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_running_past_the_wall_budget(tier, layout):
+    result, _, _ = run_hostile(make_sandbox(tier), layout, f"""
+        import time  # {MARKER}
+        time.sleep(120)
+    """, wall=2)
+    assert result.timed_out and result.wall_seconds < 15
+    assert "timed out after 2s" in result.failure_reason(2)
+
+
+def test_bwrap_command_line_for_gpus_and_nested_read_only_checkpoint(tmp_path):
+    sandbox = BwrapSandbox(Limits(), gpus="0,1")
+    run_dir = tmp_path / "node"
+    argv = sandbox.command(["python", "train.py"], run_dir, {"HOME": str(run_dir)},
+                           Mounts(read_only=[tmp_path / "ws", run_dir / "checkpoint"], writable=[run_dir]))
+    text = " ".join(argv)
+    for flag in ("--unshare-net", "--unshare-pid", "--unshare-user", "--cap-drop ALL", "--die-with-parent",
+                 "--new-session", "--clearenv", "--uid 65534"):
+        assert flag in text
+    for device in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1"):
+        assert f"--dev-bind-try {device} {device}" in text
+    assert "--setenv CUDA_VISIBLE_DEVICES 0,1" in text and "--ro-bind /sys /sys" in text
+    # the writable run dir is bound before the read-only checkpoint inside it, so the checkpoint stays read-only
+    assert text.index(f"--bind {run_dir} {run_dir}") < text.index(f"--ro-bind {run_dir / 'checkpoint'}")
+    assert argv[-3:] == ["--", "python", "train.py"]
+    assert "/dev/nvidia" not in " ".join(BwrapSandbox(Limits()).command(["x"], run_dir, {}, Mounts()))
+
+
+def test_choose_sandbox_names_what_it_picked():
+    assert choose_sandbox("none").tier == "none"
+    if BWRAP:
+        assert choose_sandbox("auto").tier == "bwrap"
+    else:
+        warnings = []
+        assert choose_sandbox("auto", notify=warnings.append).tier == "none" and "WITHOUT isolation" in warnings[0]
