@@ -6,6 +6,7 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
+from autorl.sandbox import bwrap_works
 from conftest import make_template, run_cli
 
 
@@ -34,6 +35,7 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     session = client.get_run(data["mlflow_run_id"])
     assert session.info.status == "FINISHED"
+    assert session.data.tags["autorl.sandbox"] == ("bwrap" if bwrap_works()[0] else "none")  # GRPO trains inside it
     assert session.data.metrics["base_score"] == data["base_score"]
     assert session.data.metrics["best_test_score"] == best["test_score"]
     for node in nodes:
