@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -77,7 +78,6 @@ def research(
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
     from autorl.config import make_config, parse_duration
-    from autorl.live import LiveView
     from autorl.llm import read_api_key
     from autorl.session import create_session, new_session_name
 
@@ -96,12 +96,53 @@ def research(
     controller = create_session(config, loaded, tracker, api_key=api_key)
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
+    drive(controller, runs, tracker)
+
+
+def drive(controller, runs: Path, tracker) -> None:
+    """Run a controller with the live view; Ctrl-C and SIGTERM stop it cleanly and say how to resume."""
+    from autorl.live import LiveView
+
+    name = controller.config.name
     controller.observer = LiveView(console, controller.budget)
-    controller.run()
-    console.print(f"show the tree:  autorl show {config.name} --runs-dir {runs}")
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        controller.run()
+    except KeyboardInterrupt:
+        err_console.print(f"[yellow]stopped[/]; continue with:  autorl resume {name} --runs-dir {runs}")
+        raise typer.Exit(130)
+    console.print(f"show the tree:  autorl show {name} --runs-dir {runs}")
     console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
     if controller.status != "finished":
+        err_console.print(f"continue after fixing the cause:  autorl resume {name} --runs-dir {runs}")
         raise typer.Exit(1)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+@app.command()
+@cli_errors
+def resume(
+    name: str = typer.Argument(..., help="Session to continue (see `autorl ls`)."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
+):
+    """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
+    from autorl.llm import read_api_key
+    from autorl.resume import resume_session
+
+    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    run = tracker.find_session(name)
+    needs_key = run is not None and run.data.tags.get("autorl.strategy") in ("llm", "hybrid")
+    controller = resume_session(name, tracker, api_key=read_api_key(llm_key_file) if needs_key else None)
+    if controller is None:
+        console.print(f"session {name} has already finished; nothing to resume")
+        return
+    console.print(f"resuming {name}: {len(controller.tree.nodes)} nodes, {controller.budget.describe()}")
+    drive(controller, runs, tracker)
 
 
 @app.command()
@@ -137,11 +178,12 @@ def list_sessions(
         print(json.dumps(sessions, indent=2))
         return
     table = Table(header_style="bold")
-    for column in ("name", "status", "strategy", "stages", "base", "best val", "best test", "topic"):
+    for column in ("name", "status", "strategy", "stages", "base", "best val", "best test", "resumable", "topic"):
         table.add_column(column)
     for s in sessions:
+        resumable = f"yes ({s['resume_note']})" if s["resumable"] else f"no ({s['resume_note']})"
         table.add_row(s["name"], s["status"], s["strategy"], str(s["stages_spent"]), fmt(s["base_score"]),
-                      fmt(s["best_val_score"]), fmt(s["best_test_score"]), s["topic"])
+                      fmt(s["best_val_score"]), fmt(s["best_test_score"]), resumable, s["topic"])
     console.print(table)
 
 

@@ -11,14 +11,17 @@ policy, stage runner, evaluator and tracker, so tests pass real lightweight ones
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl import faults
 from autorl.budget import Budget
 from autorl.diagnose import diagnose
 from autorl.config import SessionConfig
 from autorl.errors import AutorlError, CheckpointError, FrozenFileError
 from autorl.evaluate import EvalResult, FrozenEvaluator
+from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
 from autorl.plots import plot_curves
 from autorl.observer import Observer
@@ -30,6 +33,9 @@ from autorl.template import Template
 from autorl.tracking import Tracker
 from autorl.tree import Node, Status, Tree
 from autorl.workspace import Workspace
+
+
+MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
 
 
 @dataclass
@@ -51,13 +57,16 @@ class Controller:
         session_run_id: str,
         observer: Observer | None = None,
         budget: Budget | None = None,
+        tree: Tree | None = None,
+        lock: SessionLock | None = None,
     ):
         self.config = config
         self.template = template
         self.parts = parts
         self.session_run_id = session_run_id
         self.observer = observer or Observer()
-        self.tree = Tree()
+        self.tree = tree or Tree()
+        self.lock = lock
         self.budget = budget or Budget(config.stages, config.time_budget_s)
         self.dropped_proposals = 0
         self.status = "running"
@@ -73,13 +82,18 @@ class Controller:
         self.observer.session_started(self.config.name, self.tree)
         self.observer.message(self.parts.runner.sandbox.describe())
         try:
-            self.score_base()
+            if self.tree.base_score is None:
+                self.score_base()
+            self.reconcile()
             while (reason := self.budget.exhausted()) is None:
+                if full := self.disk_full():
+                    self.finish("stopped", full)
+                    return self.tree
                 self.step()
             self.score_on_test()
             self.finish("finished", reason)
         except KeyboardInterrupt:
-            self.finish("stopped", "interrupted (Ctrl-C)")
+            self.finish("stopped", "interrupted (Ctrl-C or SIGTERM)")
             raise
         except AutorlError as exc:
             self.finish("failed", str(exc))
@@ -99,14 +113,21 @@ class Controller:
             self.observer.message(str(exc))
             self.log_llm_usage()
             return None
+        faults.point("proposal_accepted")
         node = self.create_node(proposal)
         self.budget.charge_stage()
+        return self.launch(node)
+
+    def launch(self, node: Node, outcome: StageOutcome | None = None) -> Node:
+        """Train (unless ``outcome`` says it already did), score, diagnose and record a node."""
         self.observer.stage_started(node, self.tree)
-        outcome = self.train(node)
+        outcome = outcome or self.train(node)
+        faults.point("trained")
         if outcome.ok:
             self.score(node, outcome.checkpoint)
         else:
             self.fail(node, outcome.reason)
+        faults.point("evaluated")
         self.diagnose(node, outcome)
         self.parts.proposer.observe(self.tree, node)
         self.record(node, outcome)
@@ -114,6 +135,39 @@ class Controller:
         if node.extra.get("frozen_violation"):
             raise FrozenFileError(node.reason)
         return node
+
+    def reconcile(self) -> None:
+        """Finish what a killed controller left in flight (nothing on a fresh session).
+
+        A node whose stage finished training is scored, not retrained; a node whose
+        stage was cut short is trained again once, under a new MLflow run, without
+        charging the budget a second time.
+        """
+        for node in [n for n in self.tree.nodes.values() if n.status == Status.RUNNING]:
+            finished = self.parts.runner.finished_outcome(self.node_dir(node.id))
+            if finished is not None:
+                self.observer.message(f"{node.id}: its stage had finished before the stop; scoring it")
+                self.apply_outcome(node, finished)
+                self.launch(node, finished)
+                continue
+            if node.extra.get("attempt", 1) >= 2:
+                self.fail(node, "interrupted twice; not retried again")
+                self.record(node, StageOutcome(None, reason=node.reason))
+                continue
+            self.observer.message(f"{node.id}: its stage was cut short by the stop; training it again")
+            self.parts.tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted",
+                                                             "autorl.reason": "controller stopped mid-stage; re-run"})
+            self.parts.tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
+            node.extra["attempt"] = node.extra.get("attempt", 1) + 1
+            node.mlflow_run_id = self.parts.tracker.start_node(
+                self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters)
+            self.launch(node)
+
+    def disk_full(self) -> str | None:
+        free = shutil.disk_usage(self.session_dir).free
+        if free < MIN_FREE_BYTES:
+            return f"disk nearly full ({free / 2**30:.2f} GiB free in {self.session_dir}); free space, then resume"
+        return None
 
     # -- pieces -------------------------------------------------------------------------------
 
@@ -181,12 +235,19 @@ class Controller:
             seed=node.seed,
             wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
         )
-        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.observer.step(node, record))
-        node.seconds = outcome.result.wall_seconds
+        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record))
+        self.apply_outcome(node, outcome)
+        return outcome
+
+    def on_step(self, node: Node, record: dict) -> None:
+        faults.point("mid_training")
+        self.observer.step(node, record)
+
+    def apply_outcome(self, node: Node, outcome: StageOutcome) -> None:
+        node.seconds = outcome.result.wall_seconds if outcome.result else 0.0
         node.steps = max((int(r.get("step", 0)) for r in outcome.records), default=0)
         rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
         node.train_reward = rewards[-1] if rewards else None
-        return outcome
 
     def score(self, node: Node, checkpoint: Path) -> None:
         try:
@@ -243,6 +304,8 @@ class Controller:
                                         "curves.png")])
         tracker.set_tags(run_id, self.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
+        tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed,
+                                                  "stages_spent": self.budget.spent_stages}, step=len(self.tree.nodes))
 
     def node_tags(self, node: Node) -> dict[str, str]:
         tags = {
@@ -262,6 +325,7 @@ class Controller:
             "autorl.edited": node.extra.get("edited", False),
             "autorl.diagnosis": ",".join(f["name"] for f in node.extra.get("diagnosis", [])),
             "autorl.verdict": (node.extra.get("comparison") or {}).get("verdict", ""),
+            "autorl.attempt": node.extra.get("attempt", 1),
         }
         if "kept" in node.extra:
             tags["autorl.kept"] = node.extra["kept"]
@@ -305,11 +369,12 @@ class Controller:
         tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
                                                   "session_seconds": self.budget.elapsed})
         for node in self.tree.nodes.values():
-            if node.status == Status.RUNNING:  # interrupted mid-stage
-                node.status, node.reason = Status.FAILED, reason
-                tracker.set_tags(node.mlflow_run_id, self.node_tags(node))
-                tracker.end_node(node.mlflow_run_id, failed=True)
+            if node.status == Status.RUNNING:  # cut short: `resume` trains it again
+                tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted", "autorl.reason": reason})
+                tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
         tracker.end_session(self.session_run_id, status, reason)
+        if self.lock is not None:
+            self.lock.release()
         self.observer.session_finished(self.tree, status, reason)
 
 

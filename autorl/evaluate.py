@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl import faults
 from autorl.errors import CheckpointError
 from autorl.executor import scrubbed_env
 from autorl.frozen import FrozenGuard
@@ -72,7 +73,7 @@ class FrozenEvaluator:
         mounts = Mounts(read_only=[self.workspace, checkpoint], writable=[out_dir])
         result = self.sandbox.run(argv, cwd=out_dir, wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir),
                                   mounts=mounts, log_prefix=f"eval_{split}_", guard=self.guard,
-                                  pristine=self.pristine_env)
+                                  pristine=self.pristine_env, on_poll=lambda: faults.point("mid_evaluation"))
         if not result.ok or not out.is_file():
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
         data = json.loads(out.read_text())

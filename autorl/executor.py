@@ -137,7 +137,11 @@ class LocalExecutor:
                 argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
                 preexec_fn=preexec_fn,
             )
-            timed_out = self._wait(process, started + wall_seconds, on_poll)
+            try:
+                timed_out = self._wait(process, started + wall_seconds, on_poll)
+            except BaseException:  # Ctrl-C, SIGTERM: the trial goes down with the stop
+                terminate(process)
+                raise
         kill_group(process.pid)  # children left behind in the group go too
         wall = time.monotonic() - started
         footer = parse_footer(stdout_path.read_text(errors="replace"))

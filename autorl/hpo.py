@@ -14,13 +14,38 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
 
+N_STARTUP_TRIALS = 4
+
+
 def open_study(runs_dir: Path, session: str, seed: int) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = JournalStorage(JournalFileBackend(str(runs_dir / "optuna.journal")))
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS)
     return optuna.create_study(
         study_name=session, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True
     )
+
+
+def reseed(study: optuna.Study, seed: int, *keys: int) -> None:
+    """A fresh TPE sampler seeded from the session seed and where the search stands.
+
+    Sampling then depends only on the study's history and ``keys`` (e.g. the node count),
+    not on how many samples this process drew before: a resumed session draws what the
+    uninterrupted one would have.
+    """
+    mixed = hash((seed, *keys)) & 0x7FFFFFFF  # ints hash to themselves: stable across processes
+    study.sampler = optuna.samplers.TPESampler(seed=mixed, n_startup_trials=N_STARTUP_TRIALS)
+
+
+def fail_orphan_trials(study: optuna.Study, known: set[int]) -> list[int]:
+    """Fail trials left RUNNING by a killed controller that no node owns, and enqueue
+    their values again so the next ask proposes the same stage."""
+    orphans = [t for t in study.trials if t.state == TrialState.RUNNING and t.number not in known
+               and "schedule" not in t.user_attrs]
+    for trial in orphans:
+        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+    return [t.number for t in orphans]
 
 
 def record_node(study: optuna.Study, space, tree, node) -> None:

@@ -78,6 +78,12 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def restore(self, metrics: dict[str, float]) -> None:
+        """Take up the counts a session logged before it stopped."""
+        for name, value in asdict(self).items():
+            if f"llm_{name}" in metrics:
+                setattr(self, name, type(value)(metrics[f"llm_{name}"]))
+
     def as_metrics(self) -> dict[str, float]:
         return {f"llm_{k}": float(v) for k, v in asdict(self).items()} | {"llm_total_tokens": float(self.total_tokens)}
 

@@ -8,7 +8,8 @@ and each scored node shallower than the depth limit) is valued
 so the exploration bonus is measured in the node's own standard errors: a node within
 a couple of standard errors of the leader still gets tried, one far below it does not.
 Failed children count as visits, so a node whose stages keep crashing is tried less.
-Ties are broken by a seeded RNG, so a search is reproducible for a seed.
+Ties are broken by an RNG seeded from the session seed and the node count, so a search
+is reproducible for a seed, also across a resume.
 
 Fresh roots: the base model is a candidate like any node, and until ``min_roots``
 first stages exist it is chosen outright, so the search never bets everything on one
@@ -41,7 +42,7 @@ class BestFirstPolicy:
         self.max_depth = max_depth
         self.exploration = exploration  # in standard errors of the node's score
         self.min_roots = min_roots
-        self.rng = random.Random(seed)
+        self.seed = seed
 
     def candidates(self, tree: Tree) -> list[str | None]:
         """The base model (None) and every scored, healthy node that may get another stage."""
@@ -60,4 +61,4 @@ class BestFirstPolicy:
         values = {c: self.value(tree, c) for c in candidates}
         top = max(values.values())
         best = [c for c in candidates if math.isclose(values[c], top, abs_tol=1e-12)]
-        return self.rng.choice(best)
+        return random.Random(f"policy:{self.seed}:{len(tree.nodes)}").choice(best)  # same pick after a resume

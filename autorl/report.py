@@ -7,9 +7,11 @@ what a later process (or a resumed session) would see.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from autorl.errors import SessionError
+from autorl.lock import SessionLock
 from autorl.tracking import Tracker
 
 
@@ -63,8 +65,30 @@ def session_summary(run) -> dict[str, Any]:
     }
 
 
+def resumable(run) -> tuple[bool, str]:
+    """Whether ``autorl resume`` can continue a session, and why (not)."""
+    tags = run.data.tags
+    status = tags.get("autorl.status")
+    if status == "finished":
+        return False, "finished"
+    if "autorl.config" not in tags:
+        return False, "made by an older autorl"
+    session_dir = Path(json.loads(tags["autorl.config"])["runs_dir"]) / "sessions" / tags["autorl.session"]
+    if not session_dir.is_dir():
+        return False, f"session folder {session_dir} is gone"
+    if SessionLock(session_dir).held_elsewhere():
+        return False, "running (a live controller holds it)"
+    if status == "running":
+        return True, "controller died"
+    return True, f"{status}: {tags.get('autorl.reason', '')}".strip(": ")
+
+
 def list_sessions(tracker: Tracker) -> list[dict[str, Any]]:
-    return [session_summary(run) for run in tracker.sessions()]
+    rows = []
+    for run in tracker.sessions():
+        can, why = resumable(run)
+        rows.append(session_summary(run) | {"resumable": can, "resume_note": why})
+    return rows
 
 
 def show_session(tracker: Tracker, name: str) -> dict[str, Any]:

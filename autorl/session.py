@@ -25,7 +25,9 @@ from autorl.observer import Observer
 from autorl.policy import BestFirstPolicy
 from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from autorl.proposers.llm import LLMProposer
-from autorl.sandbox import choose_sandbox
+from autorl.lock import SessionLock
+from autorl.sandbox import Sandbox, choose_sandbox
+from autorl.tree import Tree
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
@@ -72,25 +74,18 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
     sandbox = choose_sandbox(config.sandbox)
+    lock = SessionLock(config.session_dir).acquire()
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
-    budget = Budget(config.stages, config.time_budget_s)
-    relay = MessageRelay()
-    parts = Collaborators(
-        tracker=tracker,
-        workspace=workspace,
-        evaluator=FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=template.path / "env"),
-        runner=StageRunner(workspace.path, sandbox, guard, pristine_env=template.path / "env"),
-        proposer=make_proposer(config, template, workspace, budget, api_key, relay),
-        policy=BestFirstPolicy(config.max_depth, seed=config.seed) if config.strategy in TREE_STRATEGIES else None,
-    )
     run_id = tracker.start_session(
         config.name,
         params={**config.model_dump(mode="json"), "template_path": str(template.path)},
         tags={
             "autorl.topic": config.topic,
             "autorl.template": template.name,
+            "autorl.template_path": str(template.path),
+            "autorl.config": config.model_dump_json(),
             "autorl.strategy": config.strategy,
             "autorl.seed": str(config.seed),
             "autorl.sandbox": sandbox.tier,
@@ -100,9 +95,27 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     )
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
+    return assemble(config, template, tracker, run_id, workspace, guard, sandbox, lock,
+                    Budget(config.stages, config.time_budget_s), observer, api_key)
+
+
+def assemble(config: SessionConfig, template: Template, tracker: Tracker, run_id: str, workspace: Workspace,
+             guard: FrozenGuard, sandbox: Sandbox, lock: SessionLock, budget: Budget,
+             observer: Observer | None = None, api_key: str | None = None, tree: Tree | None = None) -> Controller:
+    """The controller and its collaborators, for a new session or a resumed one."""
+    relay = MessageRelay()
+    pristine = template.path / "env"
+    parts = Collaborators(
+        tracker=tracker,
+        workspace=workspace,
+        evaluator=FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=pristine),
+        runner=StageRunner(workspace.path, sandbox, guard, pristine_env=pristine),
+        proposer=make_proposer(config, template, workspace, budget, api_key, relay),
+        policy=BestFirstPolicy(config.max_depth, seed=config.seed) if config.strategy in TREE_STRATEGIES else None,
+    )
     if isinstance(parts.proposer, LLMProposer):
         parts.proposer.client.tracer = partial(tracker.llm_span, run_id, config.name)
-    controller = Controller(config, template, parts, run_id, observer, budget=budget)
+    controller = Controller(config, template, parts, run_id, observer, budget=budget, tree=tree, lock=lock)
     relay.target = controller
     return controller
 

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autorl.executor import RunResult, scrubbed_env
+from autorl import faults
+from autorl.curves import read_records
+from autorl.executor import RunResult, parse_footer, scrubbed_env
 from autorl.frozen import FrozenGuard
 from autorl.sandbox import Mounts, Sandbox
 from autorl.spec import TrialSpec
@@ -70,6 +72,7 @@ class StageRunner:
         tail = MetricsTail(Path(spec.metrics_path))
 
         def poll() -> None:
+            faults.point("launched")
             for record in tail.read_new():
                 if on_step:
                     on_step(record)
@@ -85,3 +88,16 @@ class StageRunner:
         elif reason is None and not checkpoint.is_dir():
             reason = f"train.py finished but wrote no checkpoint at {checkpoint}"
         return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason)
+
+    def finished_outcome(self, node_dir: Path) -> StageOutcome | None:
+        """The outcome of a stage that ran to completion before the controller died, if it did."""
+        stdout, checkpoint = node_dir / "stdout.log", node_dir / "checkpoint"
+        footer = parse_footer(stdout.read_text(errors="replace")) if stdout.is_file() else {}
+        if footer.get("status") != "ok" or not (checkpoint / "config.json").is_file():
+            return None
+        try:
+            seconds = float(footer.get("seconds", 0.0))
+        except ValueError:
+            seconds = 0.0
+        result = RunResult(0, False, seconds, stdout, node_dir / "stderr.log", footer, tier=self.sandbox.tier)
+        return StageOutcome(result, read_records(node_dir / "metrics.jsonl"), checkpoint)

@@ -41,6 +41,38 @@ def probe_http(uri: str, timeout: float = 5.0) -> None:
         raise TrackingError(f"tracking server {uri} does not answer ({exc}); start it or pass another --tracking-uri") from exc
 
 
+RETRYABLE = ("database is locked", "database table is locked", "unable to open database", "temporarily unavailable",
+             "Connection refused", "Connection reset", "Max retries exceeded", "503", "502")
+
+
+class RetryingClient:
+    """An MlflowClient whose calls are retried with exponential backoff while the store is
+    locked or briefly unreachable (about 15 s in all), then fail with the store's error."""
+
+    def __init__(self, client, attempts: int = 6, first_delay: float = 0.5):
+        self._client = client
+        self._attempts = attempts
+        self._first_delay = first_delay
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            delay = self._first_delay
+            for attempt in range(self._attempts):
+                try:
+                    return attribute(*args, **kwargs)
+                except Exception as exc:  # MLflow wraps store errors in several types
+                    if attempt == self._attempts - 1 or not any(text in str(exc) for text in RETRYABLE):
+                        raise
+                    time.sleep(delay)
+                    delay *= 2
+
+        return call
+
+
 def tag_filter(key: str, value: str) -> str:
     return f"tags.`{key}` = '{value}'"
 
@@ -68,7 +100,7 @@ class Tracker:
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-migration chatter
 
-            self._client = MlflowClient(tracking_uri=self.uri)
+            self._client = RetryingClient(MlflowClient(tracking_uri=self.uri))
         return self._client
 
     # -- store ------------------------------------------------------------------------
@@ -114,6 +146,10 @@ class Tracker:
         self.client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
+    def reopen_session(self, run_id: str, resumes: int) -> None:
+        self.set_tags(run_id, {"autorl.status": "running", "autorl.reason": "", "autorl.resumes": resumes})
+        self.client.update_run(run_id, status="RUNNING")
+
     def end_session(self, run_id: str, status: str, reason: str = "") -> None:
         """status: finished | failed | stopped."""
         self.set_tags(run_id, {"autorl.status": status, "autorl.reason": reason})
@@ -137,16 +173,18 @@ class Tracker:
         self.client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
-    def node_runs(self, session_run_id: str) -> list:
+    def node_runs(self, session_run_id: str, all_attempts: bool = False) -> list:
+        """The session's node runs, one per node (its latest attempt) unless ``all_attempts``."""
         runs = self.client.search_runs(
             [self.ensure_store()],
             filter_string=f"{tag_filter('mlflow.parentRunId', session_run_id)} and {tag_filter('autorl.kind', NODE_KIND)}",
             max_results=5000,
         )
-        return sorted(runs, key=lambda r: r.data.tags.get("autorl.node_id", ""))
+        runs = runs if all_attempts else latest_attempts(runs)
+        return sorted(runs, key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
 
-    def end_node(self, run_id: str, failed: bool) -> None:
-        self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+    def end_node(self, run_id: str, failed: bool, killed: bool = False) -> None:
+        self.client.set_terminated(run_id, status="KILLED" if killed else "FAILED" if failed else "FINISHED")
 
     # -- shared ---------------------------------------------------------------------------
 
@@ -192,6 +230,20 @@ class Tracker:
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
         self.client.log_text(run_id, text, name)
+
+
+def _attempt(run) -> int:
+    return int(run.data.tags.get("autorl.attempt", 1))
+
+
+def latest_attempts(runs: list) -> list:
+    """One run per node id: the highest attempt (a re-run after a stop supersedes the killed one)."""
+    latest: dict[str, Any] = {}
+    for run in runs:
+        node_id = run.data.tags.get("autorl.node_id")
+        if node_id not in latest or _attempt(run) >= _attempt(latest[node_id]):
+            latest[node_id] = run
+    return list(latest.values())
 
 
 def _params(values: dict[str, Any]):

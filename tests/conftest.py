@@ -36,12 +36,17 @@ def runs_dir(isolated_runs) -> Path:
     return isolated_runs
 
 
-def make_template(dest: Path, train_py: str | None = None, space: dict | None = None, wall_seconds: int | None = None) -> Path:
-    """Copy the arith template to ``dest``, optionally replacing train.py, narrowing the space
-    (``{"max_steps": "[4]"}`` sets choices) or the stage wall budget."""
+def make_template(dest: Path, train_py: str | None = None, space: dict | None = None, wall_seconds: int | None = None,
+                  evaluate_py: str | None = None) -> Path:
+    """Copy the arith template to ``dest``, optionally replacing train.py or env/evaluate.py,
+    narrowing the space (``{"max_steps": "[4]"}`` sets choices) or the stage wall budget."""
     templates.copy_to(templates.load("arith"), dest)
     if train_py is not None:
         (dest / "train.py").write_text((EXPERIMENTS / train_py).read_text())
+    if evaluate_py is not None:
+        target = dest / "env" / "evaluate.py"
+        target.chmod(0o644)
+        target.write_text((EXPERIMENTS / evaluate_py).read_text())
     if space:
         text = (dest / "space.toml").read_text()
         for name, choices in space.items():

@@ -44,7 +44,7 @@ def test_tpe_samples_inside_the_steered_ranges(tmp_path):
         assert values["max_completion_length"] == 16
     assert "steered by n001's diagnosis" in proposer.propose(tree, "n001").rationale
     healthy = parent_tree([], temperature=0.8)
-    temps = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"h{i}", i), start_with_defaults=False)
+    temps = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"h{i}", i), start_with_defaults=False, seed=i)
              .propose(healthy, "n001").hyperparameters["temperature"] for i in range(8)]
     assert min(temps) < 0.8  # without findings the whole range is open
 

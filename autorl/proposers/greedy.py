@@ -23,7 +23,7 @@ class GreedyProposer:
     def __init__(self, space: SearchSpace, max_depth: int, seed: int = 0):
         self.space = space
         self.max_depth = max_depth
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.incumbent: str | None = None
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
@@ -34,10 +34,17 @@ class GreedyProposer:
             start = incumbent.parent if incumbent.depth >= self.max_depth else incumbent.id
             values = incumbent.hyperparameters
         if tree.nodes:  # the very first stage runs the defaults as they are
-            values = self.space.mutate(values, self.rng, changes=self.rng.randint(1, 2))
+            rng = random.Random(f"greedy:{self.seed}:{len(tree.nodes)}")
+            values = self.space.mutate(values, rng, changes=rng.randint(1, 2))
         action = "retry the last stage of" if incumbent is not None and start != incumbent.id else "extend"
         return Proposal(parent=start, hyperparameters=values, proposer=self.name,
                         rationale=f"{action} the incumbent {self.incumbent or 'base'} with a mutation")
+
+    def restore(self, tree: Tree) -> None:
+        """Rebuild the incumbent from a tree read back after a stop."""
+        self.incumbent = None
+        for node in tree.nodes.values():
+            self.observe(tree, node)
 
     def observe(self, tree: Tree, node: Node) -> None:
         best = tree.score_of(self.incumbent)

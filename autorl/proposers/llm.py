@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from autorl.context import ContextBuilder, prompt
 from autorl.edits import EditBlock, apply_edit
 from autorl.errors import ProposalError
-from autorl.hpo import record_node
+from autorl.hpo import record_node, reseed
 from autorl.llm import LLMClient, LLMUnavailable
 from autorl.proposers.base import Proposal, ProposalDropped
 from autorl.proposers.tpe import TpeProposer
@@ -224,6 +224,7 @@ class LLMProposer:
                 raise ProposalError(f"search range for {item.name!r} [{item.low:g}, {item.high:g}] is empty inside "
                                     f"the space bounds [{param.low:g}, {param.high:g}]")
             distributions[item.name] = param.distribution(low, high)
+        reseed(self.study, self.fallback.seed, len(tree.nodes))
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)

@@ -20,13 +20,18 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autorl.hpo import reseed
 from autorl.proposers.base import Proposal
 from autorl.space import Param, SearchSpace
 from autorl.tree import Node, Tree
 
 
 class ScheduleProposer:
-    """Runs schedules one at a time; subclasses say how the next one is drawn."""
+    """Runs schedules one at a time; subclasses say how the ``index``-th one is drawn.
+
+    Each draw depends only on the seed and the schedule's index, so a resumed session
+    rebuilds the schedule in progress from the tree (``restore``) and carries on.
+    """
 
     name = "schedule"
     chooses_parent = True
@@ -34,22 +39,30 @@ class ScheduleProposer:
     def __init__(self, space: SearchSpace, max_depth: int, seed: int = 0):
         self.space = space
         self.max_depth = max_depth
-        self.rng = random.Random(seed)
+        self.seed = seed
         self.pending: list[dict[str, Any]] = []  # stages of the current schedule not yet proposed
         self.tip: str | None = None  # last node of the current schedule
-        self.count = 0
+        self.count = 0  # schedules started
         self.length = 0
 
-    def draw(self) -> list[dict[str, Any]]:
+    def draw(self, index: int) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+    def schedule_of(self, index: int) -> list[dict[str, Any]] | None:
+        """The ``index``-th schedule as it was drawn, or None when it is already over."""
+        return self.draw(index)
+
+    def rng(self, index: int) -> random.Random:
+        return random.Random(f"{self.name}:{self.seed}:{index}")
 
     def finished(self, tree: Tree, last: Node) -> None:
         """Hook: the current schedule ended with ``last`` (its final or its failed stage)."""
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
         if not self.pending:
-            self.pending, self.tip = self.draw(), None
-            self.count, self.length = self.count + 1, len(self.pending)
+            self.count += 1
+            self.pending, self.tip = self.draw(self.count), None
+            self.length = len(self.pending)
         stage = self.length - len(self.pending) + 1
         values = self.space.check(self.pending.pop(0))
         return Proposal(parent=self.tip, hyperparameters=values, proposer=self.name,
@@ -66,6 +79,24 @@ class ScheduleProposer:
         self.pending = []
         self.finished(tree, node)
 
+    def restore(self, tree: Tree) -> None:
+        """Rebuild the schedule in progress from a tree read back after a stop."""
+        roots = tree.children(None)
+        self.count = len(roots)
+        if not roots:
+            return
+        chain = [roots[-1]]
+        while children := tree.children(chain[-1].id):
+            chain.append(children[0])
+        last = chain[-1]
+        schedule = None if last.status.value == "failed" else self.schedule_of(self.count)
+        if schedule is None or len(chain) >= len(schedule):
+            self.pending, self.tip = [], None
+            return
+        self.length = len(schedule)
+        self.pending = schedule[len(chain):]
+        self.tip = last.id  # a node still running is trained again first, then observed
+
 
 class GridProposer(ScheduleProposer):
     name = "grid"
@@ -73,18 +104,19 @@ class GridProposer(ScheduleProposer):
     def __init__(self, space: SearchSpace, max_depth: int, seed: int = 0):
         super().__init__(space, max_depth, seed)
         self.points = space.grid_points()
-        self.rng.shuffle(self.points)
+        random.Random(f"grid:{seed}").shuffle(self.points)
 
-    def draw(self) -> list[dict[str, Any]]:
-        point = self.points[(self.count) % len(self.points)]
+    def draw(self, index: int) -> list[dict[str, Any]]:
+        point = self.points[(index - 1) % len(self.points)]
         return [dict(point) for _ in range(self.max_depth)]
 
 
 class RandomScheduleProposer(ScheduleProposer):
     name = "random"
 
-    def draw(self) -> list[dict[str, Any]]:
-        return [self.space.sample(self.rng) for _ in range(self.rng.randint(1, self.max_depth))]
+    def draw(self, index: int) -> list[dict[str, Any]]:
+        rng = self.rng(index)
+        return [self.space.sample(rng) for _ in range(rng.randint(1, self.max_depth))]
 
 
 def suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
@@ -101,19 +133,33 @@ class FlatTpeProposer(ScheduleProposer):
     def __init__(self, space: SearchSpace, max_depth: int, study: optuna.Study, seed: int = 0):
         super().__init__(space, max_depth, seed)
         self.study = study
-        self.trial: optuna.Trial | None = None
+        self.trial: int | None = None  # the Optuna trial of the schedule in progress
 
-    def draw(self) -> list[dict[str, Any]]:
-        self.trial = self.study.ask()
-        length = self.trial.suggest_int("stages", 1, self.max_depth)
-        return [{name: suggest(self.trial, f"s{i}.{name}", param) for name, param in self.space.params.items()}
+    def draw(self, index: int) -> list[dict[str, Any]]:
+        running = [t for t in self.study.trials if t.state == TrialState.RUNNING and t.user_attrs.get("schedule") == index]
+        if running:  # resuming: the schedule was drawn before the stop
+            trial = running[0]
+            params, self.trial = trial.params, trial.number
+            return [{name: params[f"s{i}.{name}"] for name in self.space.params} for i in range(1, params["stages"] + 1)]
+        reseed(self.study, self.seed, index)
+        trial = self.study.ask()
+        trial.set_user_attr("schedule", index)
+        self.trial = trial.number
+        length = trial.suggest_int("stages", 1, self.max_depth)
+        return [{name: suggest(trial, f"s{i}.{name}", param) for name, param in self.space.params.items()}
                 for i in range(1, length + 1)]
 
     def trial_number(self) -> int | None:
-        return self.trial.number if self.trial else None
+        return self.trial
+
+    def schedule_of(self, index: int) -> list[dict[str, Any]] | None:
+        running = [t for t in self.study.trials if t.state == TrialState.RUNNING and t.user_attrs.get("schedule") == index]
+        return self.draw(index) if running else None
 
     def finished(self, tree: Tree, last: Node) -> None:
+        if self.trial is None:
+            return
         if last.scored:
-            self.study.tell(self.trial, last.val_score)
+            self.study.tell(self.trial, last.val_score, skip_if_finished=True)
         else:
-            self.study.tell(self.trial, state=TrialState.FAIL)
+            self.study.tell(self.trial, state=TrialState.FAIL, skip_if_finished=True)

@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autorl.hpo import record_node
+from autorl.hpo import record_node, reseed
 from autorl.novelty import duplicate_of
 from autorl.proposers.base import Proposal
 from autorl.space import SearchSpace
@@ -37,6 +37,7 @@ class TpeProposer:
         self.space = space
         self.study = study
         self.steer = steer
+        self.seed = seed
         self.rng = random.Random(seed)
         if start_with_defaults and not study.trials:
             study.enqueue_trial(space.defaults())  # a known-good reference first
@@ -47,8 +48,8 @@ class TpeProposer:
         ranges, fixed, applied = steered_space(self.space, node.hyperparameters if node else {}, findings)
         commit = node.commit if node else None
         notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
-        for _ in range(MAX_RESAMPLES):
-            trial = self.ask(ranges, fixed, tree, parent)
+        for attempt in range(MAX_RESAMPLES):
+            trial = self.ask(ranges, fixed, tree, parent, attempt)
             values = self.space.check(trial.params)
             twin = duplicate_of(tree, self.space, parent, values, commit)
             if twin is None:
@@ -57,22 +58,24 @@ class TpeProposer:
             trial.set_user_attr("duplicate_of", twin)
             self.study.tell(trial.number, state=TrialState.FAIL)
             notes.append(f"resampled a near-duplicate of {twin}")
-        values = self.uniform(ranges, fixed)
+        values = self.uniform(ranges, fixed, tree)
         return Proposal(parent=parent, hyperparameters=values, proposer="random",
                         rationale="; ".join(["uniform draw: TPE kept repeating earlier siblings", *notes]))
 
     def ask(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree,
-            parent: str | None) -> optuna.Trial:
+            parent: str | None, attempt: int = 0) -> optuna.Trial:
         if fixed:
             self.study.enqueue_trial(fixed, skip_if_exists=False)
         distributions = {name: param.distribution(*ranges.get(name, (None, None)))
                          for name, param in self.space.params.items()}
+        reseed(self.study, self.seed, len(tree.nodes), attempt)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)
         return trial
 
-    def uniform(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any]) -> dict[str, Any]:
+    def uniform(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree) -> dict[str, Any]:
+        self.rng = random.Random(f"uniform:{self.seed}:{len(tree.nodes)}")
         values = self.space.sample(self.rng)
         for name, (low, high) in ranges.items():
             narrowed = self.space.params[name].model_copy(update={"low": low, "high": high})

@@ -1,0 +1,29 @@
+"""Named points in the research loop where a test can kill the controller.
+
+``AUTORL_FAULT=<point>`` makes the controller SIGKILL itself the first time it reaches
+that point (``<point>:<n>``: the n-th time), exactly as an OOM kill or a reboot would;
+``autorl resume`` must then recover. Points, in the order a stage passes them:
+``proposal_accepted``, ``launched``, ``mid_training``, ``trained``,
+``mid_evaluation`` (the base model's evaluation counts as the first), ``evaluated``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+POINTS = ("proposal_accepted", "launched", "mid_training", "trained", "mid_evaluation", "evaluated")
+_reached: Counter = Counter()
+
+
+def point(name: str) -> None:
+    wanted = os.environ.get("AUTORL_FAULT")
+    if not wanted:
+        return
+    target, _, nth = wanted.partition(":")
+    if target != name:
+        return
+    _reached[name] += 1
+    if _reached[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

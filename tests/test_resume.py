@@ -1,0 +1,158 @@
+"""Resume from MLflow, proven by fault injection on the real `autorl` command.
+
+The controller is SIGKILLed at each point a stage passes (AUTORL_FAULT), then
+`autorl resume` must finish the session with the same tree an uninterrupted session
+has: no lost or duplicated node, every MLflow run terminal, Optuna trials and nodes one
+to one, the budget charged once per node, and a second resume a no-op. Stages copy the
+checkpoint and a stand-in evaluator scores in milliseconds, so each case takes seconds.
+"""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autorl import hpo
+from autorl.config import prepare_runs_dir
+from autorl.tracking import Tracker
+from conftest import AUTORL, REPO, make_template, run_cli
+
+STAGES = 4
+ARGS = ["--stages", str(STAGES), "--seed", "3", "--name", "s"]
+
+
+@pytest.fixture(scope="module")
+def fast_template(tmp_path_factory):
+    return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
+                         evaluate_py="fast_evaluate.py")
+
+
+def tree_of(runs_dir):
+    data = json.loads(run_cli("show", "s", "--json", "--runs-dir", str(runs_dir)).stdout)
+    return data, [(n["id"], n["parent"], n["status"], n["val_score"], json.dumps(n["hyperparameters"], sort_keys=True))
+                  for n in data["nodes"]]
+
+
+@pytest.fixture(scope="module")
+def reference(fast_template, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("reference")
+    done = run_cli("research", "t", "--template", str(fast_template), *ARGS, "--runs-dir", str(runs))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tree_of(runs)[1]
+
+
+def check_invariants(runs_dir, data):
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    session = client.get_run(data["mlflow_run_id"])
+    assert session.info.status == "FINISHED" and data["status"] == "finished"
+    runs = client.search_runs([session.info.experiment_id], max_results=1000)
+    assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs)
+    assert session.data.metrics["stages_spent"] == len(data["nodes"]) == STAGES
+    study = hpo.open_study(runs_dir, "s", 3)
+    complete = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
+    owned = sorted(int(client.get_run(n["mlflow_run_id"]).data.tags["autorl.optuna_trial"]) for n in data["nodes"])
+    assert complete == owned  # every finished trial is a node and every node a finished trial
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+
+
+@pytest.mark.parametrize("point", ["proposal_accepted:2", "launched:2", "mid_training:2", "trained:2",
+                                   "mid_evaluation:3", "evaluated:2"])
+def test_killed_controller_resumes_to_the_same_tree(point, fast_template, reference, runs_dir):
+    killed = run_cli("research", "t", "--template", str(fast_template), *ARGS, env={"AUTORL_FAULT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    listed = json.loads(run_cli("ls", "--json").stdout)
+    assert listed[0]["resumable"] and listed[0]["resume_note"] == "controller died"
+
+    resumed = run_cli("resume", "s")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    data, tree = tree_of(runs_dir)
+    assert tree == reference
+    check_invariants(runs_dir, data)
+
+    again = run_cli("resume", "s")
+    assert again.returncode == 0 and "already finished" in again.stdout
+    assert tree_of(runs_dir)[1] == reference
+
+
+def start_slow_session(template, name="slow"):
+    return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", "3", "--name", name],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
+    process = start_slow_session(template)
+    wait_for(runs_dir / "sessions" / "slow" / "nodes" / "n002" / "metrics.jsonl")
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, out + err
+    assert "autorl resume slow" in err
+    data = json.loads(run_cli("show", "slow", "--json").stdout)
+    assert data["status"] == "stopped" and [n["status"] for n in data["nodes"]] == ["succeeded", "interrupted"]
+    assert data["nodes"][1]["mlflow_status"] == "KILLED"
+    assert not subprocess.run(["pgrep", "-f", "slow_copy_train|nodes/n002/spec.json"], capture_output=True).stdout
+
+    resumed = run_cli("resume", "slow")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    data = json.loads(run_cli("show", "slow", "--json").stdout)
+    assert data["status"] == "finished" and [n["id"] for n in data["nodes"]] == ["n001", "n002", "n003"]
+    assert all(n["status"] == "succeeded" for n in data["nodes"])
+
+
+def test_a_second_controller_on_the_same_session_refuses(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
+    process = start_slow_session(template)
+    try:
+        wait_for(runs_dir / "sessions" / "slow" / "nodes" / "n001" / "metrics.jsonl")
+        second = run_cli("resume", "slow")
+        assert second.returncode == 1 and "being run by another controller" in second.stderr
+        listed = json.loads(run_cli("ls", "--json").stdout)
+        assert not listed[0]["resumable"] and "live controller" in listed[0]["resume_note"]
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
+
+
+def test_a_locked_store_is_retried(runs_dir):
+    tracker = Tracker.for_runs_dir(prepare_runs_dir(runs_dir))
+    run_id = tracker.start_session("locked", params={}, tags={})
+    holder = sqlite3.connect(runs_dir / "mlflow.db", timeout=0, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    threading.Timer(4.0, holder.rollback).start()
+    started = time.monotonic()
+    tracker.set_tags(run_id, {"autorl.note": "written after the lock"})
+    assert time.monotonic() - started >= 3.0
+    assert MlflowClient(tracker.uri).get_run(run_id).data.tags["autorl.note"] == "written after the lock"
+
+
+def test_a_full_disk_stops_the_session_cleanly(tmp_path, runs_dir, tracker, monkeypatch):
+    from autorl import controller as controller_module
+    from autorl import template as templates
+    from autorl.config import make_config
+    from autorl.session import create_session
+
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
+    config = make_config(name="full", topic="t", template=str(template.path), stages=3, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri)
+    controller = create_session(config, template, tracker)
+    monkeypatch.setattr(controller_module, "MIN_FREE_BYTES", 2**62)
+    controller.run()
+    assert controller.status == "stopped" and "disk nearly full" in controller.reason
+    assert controller.tree.nodes == {}  # nothing launched
+    run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
+    assert run.info.status == "KILLED" and "disk nearly full" in run.data.tags["autorl.reason"]
