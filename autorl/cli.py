@@ -64,6 +64,7 @@ def research(
     seed: int = typer.Option(0, "--seed", help="Seed of the search."),
     max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: how trials are isolated (see `autorl doctor`)."),
+    trial_memory: float = typer.Option(8.0, "--trial-memory", help="Memory limit of one trial in GiB (per-trial cgroup)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
@@ -89,7 +90,7 @@ def research(
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, runs_dir=runs, tracking_uri=tracker.uri,
+        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, trial_memory_gb=trial_memory, runs_dir=runs, tracking_uri=tracker.uri,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
     )

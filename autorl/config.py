@@ -67,6 +67,7 @@ class SessionConfig(BaseModel):
     seed: int = Field(0, description="Seed of the search (policy, sampler, trial seeds).")
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
+    trial_memory_gb: float = Field(8.0, gt=0, description="Memory limit of one trial (its cgroup), in GiB.")
     runs_dir: Path
     tracking_uri: str
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")

@@ -26,7 +26,7 @@ from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
 from autorl.observer import Observer
 from autorl.sandbox import choose_sandbox
-from autorl.session import assemble
+from autorl.session import assemble, trial_limits
 from autorl.tracking import Tracker
 from autorl.tree import Node, Status, Tree
 from autorl.workspace import Workspace
@@ -93,7 +93,7 @@ def resume_session(name: str, tracker: Tracker, observer: Observer | None = None
     budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes))
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
-    controller = assemble(config, template, tracker, run.info.run_id, workspace, guard, choose_sandbox(config.sandbox),
+    controller = assemble(config, template, tracker, run.info.run_id, workspace, guard, choose_sandbox(config.sandbox, trial_limits(config)),
                           lock, budget, observer, api_key, tree=tree)
     restore_search_state(controller, run)
     return controller

@@ -26,7 +26,8 @@ from autorl.policy import BestFirstPolicy
 from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from autorl.proposers.llm import LLMProposer
 from autorl.lock import SessionLock
-from autorl.sandbox import Sandbox, choose_sandbox
+from autorl.cgroups import Limits
+from autorl.sandbox import DEFAULT_LIMITS, Sandbox, choose_sandbox
 from autorl.tree import Tree
 from autorl.stage import StageRunner
 from autorl.template import Template
@@ -73,7 +74,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
-    sandbox = choose_sandbox(config.sandbox)
+    sandbox = choose_sandbox(config.sandbox, trial_limits(config))
     lock = SessionLock(config.session_dir).acquire()
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
@@ -97,6 +98,10 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
     return assemble(config, template, tracker, run_id, workspace, guard, sandbox, lock,
                     Budget(config.stages, config.time_budget_s), observer, api_key)
+
+
+def trial_limits(config: SessionConfig) -> Limits:
+    return Limits(memory_bytes=int(config.trial_memory_gb * 2**30), pids=DEFAULT_LIMITS.pids)
 
 
 def assemble(config: SessionConfig, template: Template, tracker: Tracker, run_id: str, workspace: Workspace,

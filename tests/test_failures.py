@@ -63,3 +63,18 @@ def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on
             assert "env/task.py (modified)" in node["reason"] and "restored" in node["reason"]
     task = Path(data["workspace"]) / "env" / "task.py"
     assert "True or extract_answer" not in task.read_text()
+
+
+def test_a_trial_killed_by_the_oom_killer_fails_with_the_reason(tmp_path, runs_dir):
+    from autorl.sandbox import Sandbox
+    from autorl.cgroups import Limits
+
+    if Sandbox(Limits()).cgroups is None:
+        pytest.skip("no writable cgroup on this machine")
+    template = make_template(tmp_path / "tpl", train_py="memory_hog_train.py", evaluate_py="fast_evaluate.py")
+    done = run_cli("research", "oom", "--template", str(template), "--stages", "2", "--name", "oom",
+                   "--trial-memory", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(run_cli("show", "oom", "--json").stdout)
+    assert data["status"] == "finished" and len(data["nodes"]) == 2
+    assert all(n["status"] == "failed" and "out of memory" in n["reason"] for n in data["nodes"])

@@ -1,5 +1,6 @@
-"""Every baseline strategy runs a complete session through the same executor, evaluator
-and tracking as the tree search (with an experiment that trains nothing, so it is fast)."""
+"""Every baseline strategy runs a complete session through the same sandbox, evaluator
+and tracking as the tree search (with an experiment that trains nothing and a stand-in
+evaluator, so it is fast)."""
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -12,7 +13,8 @@ from conftest import make_template
 
 @pytest.fixture(scope="module")
 def fast_template(tmp_path_factory):
-    return templates.load(str(make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py")))
+    return templates.load(str(make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
 
 
 @pytest.mark.parametrize("strategy", ["grid", "random", "optuna", "greedy"])
