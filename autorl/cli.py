@@ -65,6 +65,7 @@ def research(
     max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: how trials are isolated (see `autorl doctor`)."),
     trial_memory: float = typer.Option(8.0, "--trial-memory", help="Memory limit of one trial in GiB (per-trial cgroup)."),
+    approve: str = typer.Option("none", "--approve", help="none | edits | all: which proposals wait for you in the TUI."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
@@ -82,6 +83,7 @@ def research(
     from autorl.llm import read_api_key
     from autorl.session import create_session, new_session_name
 
+    check_approve(approve)
     seconds = parse_duration(time_budget) if time_budget else None
     announce_no_llm = strategy is None and not llm
     strategy = strategy or ("hybrid" if llm else "tree")
@@ -97,7 +99,37 @@ def research(
     controller = create_session(config, loaded, tracker, api_key=api_key)
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
-    drive(controller, runs, tracker)
+    if approve != "none":
+        drive_tui(controller, approve, runs, tracker)
+    else:
+        drive(controller, runs, tracker)
+
+
+def check_approve(mode: str) -> None:
+    from autorl.approval import APPROVE_MODES
+    from autorl.errors import ConfigError
+
+    if mode not in APPROVE_MODES:
+        raise ConfigError(f"unknown --approve {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
+    if mode != "none" and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise ConfigError(f"--approve {mode} needs an interactive terminal to ask you; "
+                          "in scripts and CI run without it (autonomous, --approve none)")
+
+
+def drive_tui(controller, mode: str, runs: Path, tracker) -> None:
+    """Run a controller inside the TUI, where proposals wait for a person's decision."""
+    import getpass
+
+    from autorl.approval import Gate
+    from autorl.tui import make_app
+
+    controller.gate = Gate(mode, decided_by=getpass.getuser())
+    make_app(controller).run()
+    name = controller.config.name
+    console.print(f"session {name}: {controller.status} ({controller.reason})")
+    if controller.status == "stopped":
+        console.print(f"continue with:  autorl resume {name} --runs-dir {runs}")
+    console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
 
 
 def drive(controller, runs: Path, tracker) -> None:

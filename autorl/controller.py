@@ -15,7 +15,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from optuna.trial import TrialState
+
 from autorl import faults
+from autorl.approval import Decision, Gate
 from autorl.budget import Budget
 from autorl.diagnose import diagnose
 from autorl.config import SessionConfig
@@ -67,6 +70,8 @@ class Controller:
         self.observer = observer or Observer()
         self.tree = tree or Tree()
         self.lock = lock
+        self.gate = Gate("none")
+        self.rejected_proposals = 0
         self.budget = budget or Budget(config.stages, config.time_budget_s)
         self.dropped_proposals = 0
         self.status = "running"
@@ -105,6 +110,8 @@ class Controller:
 
     def step(self) -> Node | None:
         """Propose, train, score and record one stage (None when the proposal was dropped)."""
+        self.gate.wait_while_paused()
+        self.check_stop()
         parent = self.parts.policy.select(self.tree) if self.parts.policy else None
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
@@ -113,8 +120,15 @@ class Controller:
             self.observer.message(str(exc))
             self.log_llm_usage()
             return None
+        decision = self.gate.review(proposal, self.tree.nodes.get(proposal.parent) if proposal.parent else None)
+        self.check_stop()
+        if decision.action == "reject":
+            self.reject(proposal, decision)
+            return None
+        if decision.action == "edit":
+            proposal = self.apply_edit(proposal, decision)
         faults.point("proposal_accepted")
-        node = self.create_node(proposal)
+        node = self.create_node(proposal, decision)
         self.budget.charge_stage()
         return self.launch(node)
 
@@ -135,6 +149,43 @@ class Controller:
         if node.extra.get("frozen_violation"):
             raise FrozenFileError(node.reason)
         return node
+
+    def check_stop(self) -> None:
+        """A stop asked for from another thread (the TUI's quit) ends the run like Ctrl-C."""
+        if self.gate.stop_requested.is_set():
+            raise KeyboardInterrupt
+
+    def reject(self, proposal: Proposal, decision: Decision) -> None:
+        """A person said no: nothing runs, the proposer hears why, MLflow keeps the decision."""
+        self.rejected_proposals += 1
+        study = getattr(self.parts.proposer, "study", None)
+        if proposal.optuna_trial is not None and study is not None:
+            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
+        feedback = getattr(self.parts.proposer, "feedback", None)
+        if feedback is not None:
+            feedback.append(f"a person rejected the proposal from {proposal.parent or 'base'} "
+                            f"({_json(proposal.hyperparameters)}): {decision.reason or 'no reason given'}")
+        self.log_decision(None, proposal, decision)
+        self.observer.message(f"proposal rejected by {decision.decided_by}: {decision.reason or 'no reason given'}")
+
+    def apply_edit(self, proposal: Proposal, decision: Decision) -> Proposal:
+        """The person's values replace the proposer's (already validated by whoever edited them)."""
+        values = self.template.space.check(decision.hyperparameters or {})
+        study = getattr(self.parts.proposer, "study", None)
+        if proposal.optuna_trial is not None and study is not None:  # the trial's values did not run
+            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
+        return proposal.model_copy(update={"hyperparameters": values, "optuna_trial": None,
+                                           "rationale": f"{proposal.rationale} (values edited by {decision.decided_by})"})
+
+    def log_decision(self, node: Node | None, proposal: Proposal, decision: Decision) -> None:
+        entry = {"node": node.id if node else None, "parent": proposal.parent, **decision.model_dump(),
+                 "proposed": proposal.hyperparameters}
+        with (self.session_dir / "decisions.jsonl").open("a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        tracker = self.parts.tracker
+        tracker.log_artifacts(self.session_run_id, [self.session_dir / "decisions.jsonl"])
+        tracker.log_metrics(self.session_run_id, {"rejected_proposals": self.rejected_proposals},
+                            step=len(self.tree.nodes))
 
     def reconcile(self) -> None:
         """Finish what a killed controller left in flight (nothing on a fresh session).
@@ -171,7 +222,7 @@ class Controller:
 
     # -- pieces -------------------------------------------------------------------------------
 
-    def create_node(self, proposal: Proposal) -> Node:
+    def create_node(self, proposal: Proposal, decision: Decision | None = None) -> Node:
         parent = self.tree.nodes.get(proposal.parent) if proposal.parent else None
         hyperparameters = self.template.space.check(proposal.hyperparameters)
         node_id = self.tree.next_id()
@@ -189,6 +240,8 @@ class Controller:
             node.extra["optuna_trial"] = proposal.optuna_trial
         node.extra.update(rationale=proposal.rationale, expected_effect=proposal.expected_effect,
                           edited=proposal.train_py is not None)
+        if decision is not None and self.gate.needs_review(proposal):
+            node.extra["decision"] = decision.model_dump()
         self.tree.add(node)
         node.mlflow_run_id = self.parts.tracker.start_node(
             self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters
@@ -196,6 +249,8 @@ class Controller:
         if proposal.transcript:
             self.parts.tracker.log_text(node.mlflow_run_id, _json(proposal.transcript), "llm_transcript.json")
         self.log_llm_usage()
+        if "decision" in node.extra:
+            self.log_decision(node, proposal, decision)
         node.status = Status.RUNNING
         return node
 
@@ -235,7 +290,8 @@ class Controller:
             seed=node.seed,
             wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
         )
-        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record))
+        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record),
+                                        should_stop=self.gate.stop_requested.is_set)
         self.apply_outcome(node, outcome)
         return outcome
 
@@ -327,6 +383,10 @@ class Controller:
             "autorl.verdict": (node.extra.get("comparison") or {}).get("verdict", ""),
             "autorl.attempt": node.extra.get("attempt", 1),
         }
+        if "decision" in node.extra:
+            decision = node.extra["decision"]
+            tags.update({"autorl.decision": decision["action"], "autorl.decided_by": decision["decided_by"],
+                         "autorl.decision_reason": decision["reason"]})
         if "kept" in node.extra:
             tags["autorl.kept"] = node.extra["kept"]
         if "optuna_trial" in node.extra:

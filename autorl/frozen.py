@@ -69,11 +69,11 @@ class FrozenGuard:
                 target.chmod(0o444)
         self.check()
 
-    def check(self) -> None:
+    def check(self, refused: str = "evaluation") -> None:
         changes = self.changes()
         if changes:
             raise FrozenFileError(
-                "evaluation refused: frozen files changed since the session started: "
+                f"{refused} refused: frozen files changed since the session started: "
                 + ", ".join(changes)
                 + f" (in {self.root.parent}); scores from a changed evaluator cannot be trusted"
             )

@@ -114,6 +114,8 @@ class Sandbox:
             log_prefix: str = "", on_poll: Callable[[], None] | None = None,
             guard: FrozenGuard | None = None, pristine: Path | None = None) -> RunResult:
         """Run ``argv`` under this tier; after it, sweep strays and check the frozen files."""
+        if guard is not None:  # a change from before this run is not the run's doing: stop, do not blame it
+            guard.check(refused="launch")
         cgroup = TrialCgroup.create(f"trial-{uuid.uuid4().hex[:12]}", self.limits) if self.cgroups else None
         if self.drop_uid and self.tier == "none":
             for path in mounts.writable:

@@ -66,13 +66,16 @@ class StageRunner:
         self.guard = guard
         self.pristine_env = pristine_env
 
-    def run(self, spec: TrialSpec, node_dir: Path, on_step: Callable[[dict], None] | None = None) -> StageOutcome:
+    def run(self, spec: TrialSpec, node_dir: Path, on_step: Callable[[dict], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> StageOutcome:
         node_dir.mkdir(parents=True, exist_ok=True)
         spec_path = spec.write(node_dir / "spec.json")
         tail = MetricsTail(Path(spec.metrics_path))
 
         def poll() -> None:
             faults.point("launched")
+            if should_stop and should_stop():
+                raise KeyboardInterrupt  # the executor kills the trial on the way out
             for record in tail.read_new():
                 if on_step:
                     on_step(record)

@@ -6,6 +6,8 @@ node records the commit it ran, so any result can be reproduced with ``git check
 
 from __future__ import annotations
 
+import difflib
+
 import functools
 from pathlib import Path
 
@@ -62,3 +64,10 @@ class Workspace:
     def diff_from_template(self, commit: str) -> str:
         """Unified diff of ``train.py`` between the template and ``commit`` (empty if none)."""
         return self.repo.git.diff(self.root_commit, commit, "--", TRAIN_SCRIPT)
+
+    def diff_text(self, commit: str | None, new_text: str | None) -> str:
+        """Unified diff from the train.py at ``commit`` (the template's when None) to ``new_text``."""
+        if new_text is None:
+            return ""
+        old = self.train_script_at(commit or self.root_commit)
+        return "".join(difflib.unified_diff(old.splitlines(True), new_text.splitlines(True), "a/train.py", "b/train.py"))

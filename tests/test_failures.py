@@ -39,7 +39,7 @@ def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, 
     evaluator = controller.parts.workspace.path / "env" / "evaluate.py"
     evaluator.chmod(0o644)
     evaluator.write_text(evaluator.read_text().replace('"mean": mean', '"mean": 1.0'))
-    with pytest.raises(FrozenFileError, match=r"evaluation refused.*env/evaluate.py \(modified\)"):
+    with pytest.raises(FrozenFileError, match=r"launch refused.*env/evaluate.py \(modified\)"):
         controller.run()
     run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
     assert run.info.status == "FAILED"

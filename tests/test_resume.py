@@ -80,8 +80,8 @@ def test_killed_controller_resumes_to_the_same_tree(point, fast_template, refere
     assert tree_of(runs_dir)[1] == reference
 
 
-def start_slow_session(template, name="slow"):
-    return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", "3", "--name", name],
+def start_slow_session(template, name="slow", stages=3):
+    return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", str(stages), "--name", name],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -104,7 +104,10 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs
     data = json.loads(run_cli("show", "slow", "--json").stdout)
     assert data["status"] == "stopped" and [n["status"] for n in data["nodes"]] == ["succeeded", "interrupted"]
     assert data["nodes"][1]["mlflow_status"] == "KILLED"
-    assert not subprocess.run(["pgrep", "-f", "slow_copy_train|nodes/n002/spec.json"], capture_output=True).stdout
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", "slow_copy_train|nodes/n002/spec.json"], capture_output=True).stdout:
+        assert time.monotonic() < deadline, "the stopped trial survived the stop"
+        time.sleep(0.2)
 
     resumed = run_cli("resume", "slow")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -115,7 +118,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs
 
 def test_a_second_controller_on_the_same_session_refuses(tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
-    process = start_slow_session(template)
+    process = start_slow_session(template, stages=50)
     try:
         wait_for(runs_dir / "sessions" / "slow" / "nodes" / "n001" / "metrics.jsonl")
         second = run_cli("resume", "slow")

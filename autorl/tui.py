@@ -1,0 +1,326 @@
+"""The interactive session view (Textual): watch the tree grow, and approve, reject or
+edit each proposal before it costs compute.
+
+The controller runs in a worker thread; a ``TuiObserver`` turns its hooks into
+messages posted to the app, which reacts on its own thread. Decisions go back through
+the controller's ``Gate``. One factory, ``make_app``, serves the CLI and the tests.
+
+Keys: ``a`` approve, ``r`` reject with a reason, ``e`` edit the values, ``p``
+pause/resume, ``q`` quit — which stops the session cleanly (the running stage is
+killed and marked interrupted; ``autorl resume`` continues it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.table import Table
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
+from textual.widgets import Tree as TreeWidget
+
+from autorl.approval import Decision
+from autorl.controller import Controller
+from autorl.diagnose import findings_text
+from autorl.errors import ProposalError
+from autorl.observer import Observer
+from autorl.proposers.base import Proposal
+from autorl.tree import Node, Tree
+
+CURVES = {"reward": "reward", "entropy": "entropy", "length": "completions/mean_length"}
+
+
+class TreeChanged(Message):
+    def __init__(self, tree: Tree) -> None:
+        super().__init__()
+        self.tree = tree
+
+
+class StepLogged(Message):
+    def __init__(self, node_id: str, record: dict) -> None:
+        super().__init__()
+        self.node_id, self.record = node_id, record
+
+
+class Note(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class ProposalPending(Message):
+    def __init__(self, proposal: Proposal, parent: Node | None) -> None:
+        super().__init__()
+        self.proposal, self.parent = proposal, parent
+
+
+class SessionEnded(Message):
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__()
+        self.status, self.reason = status, reason
+
+
+class TuiObserver(Observer):
+    """The controller's hooks, forwarded to the app's thread as messages."""
+
+    def __init__(self, app: "SessionApp"):
+        self.app = app
+
+    def post(self, message: Message) -> None:
+        self.app.call_from_thread(self.app.post_message, message)
+
+    def session_started(self, name: str, tree: Tree) -> None:
+        self.post(TreeChanged(tree))
+
+    def message(self, text: str) -> None:
+        self.post(Note(text))
+
+    def stage_started(self, node: Node, tree: Tree) -> None:
+        self.post(TreeChanged(tree))
+
+    def step(self, node: Node, record: dict) -> None:
+        self.post(StepLogged(node.id, dict(record)))
+
+    def stage_finished(self, node: Node, tree: Tree) -> None:
+        self.post(TreeChanged(tree))
+
+    def session_finished(self, tree: Tree, status: str, reason: str) -> None:
+        self.post(TreeChanged(tree))
+        self.post(SessionEnded(status, reason))
+
+
+def parse_values(text: str, current: dict[str, Any]) -> dict[str, Any]:
+    """``name=value`` pairs (JSON values where they parse) laid over ``current``.
+
+    >>> parse_values("learning_rate=1e-4 loss_type=grpo", {"learning_rate": 5e-5, "loss_type": "dapo"})
+    {'learning_rate': 0.0001, 'loss_type': 'grpo'}
+    """
+    values = dict(current)
+    for pair in text.split():
+        name, sep, raw = pair.partition("=")
+        if not sep:
+            raise ProposalError(f"{pair!r} is not name=value")
+        try:
+            values[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[name] = raw
+    return values
+
+
+def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str) -> list:
+    table = Table("hyperparameter", "parent", "proposed", box=None)
+    before = parent.hyperparameters if parent else {}
+    for name, value in proposal.hyperparameters.items():
+        old = before.get(name, "—")
+        style = "bold yellow" if parent and old != value else ""
+        table.add_row(name, f"{old:.3g}" if isinstance(old, float) else str(old),
+                      f"[{style}]{value:.3g}[/]" if isinstance(value, float) and style else
+                      (f"{value:.3g}" if isinstance(value, float) else f"[{style}]{value}[/]" if style else str(value)))
+    diagnosis = findings_text(parent.extra.get("diagnosis", [])) if parent else "base model: no diagnosis"
+    parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposal.proposer or 'session'}",
+             f"[i]{proposal.rationale or 'no rationale'}[/]", table, f"[b]parent's diagnosis[/]\n{diagnosis}"]
+    if train_py_diff:
+        parts.append(Syntax(train_py_diff, "diff", theme="ansi_dark", word_wrap=True))
+    return parts
+
+
+class SessionApp(App):
+    """One research session, live."""
+
+    CSS = """
+    #nodes { width: 45%; border: round $primary; }
+    #right { width: 55%; }
+    #proposal { height: 1fr; border: round $accent; padding: 0 1; }
+    #curves { height: auto; border: round $primary; padding: 0 1; }
+    Sparkline { height: 2; }
+    #log { height: 8; border: round $primary; }
+    #input { display: none; }
+    #input.visible { display: block; }
+    """
+    BINDINGS = [
+        Binding("a", "approve", "approve"),
+        Binding("r", "reject", "reject…"),
+        Binding("e", "edit", "edit values…"),
+        Binding("p", "pause", "pause/resume"),
+        Binding("q", "quit_session", "quit (stops cleanly)"),
+        Binding("escape", "cancel_input", "cancel", show=False),
+    ]
+
+    def __init__(self, controller: Controller, run_controller: bool = True):
+        super().__init__()
+        self.controller = controller
+        self.run_controller = run_controller
+        self.pending: ProposalPending | None = None
+        self.input_mode: str | None = None
+        self.curves: dict[str, list[float]] = {name: [] for name in CURVES}
+        self.ended: SessionEnded | None = None
+        self.title = f"autorl · {controller.config.name}"
+        self.sub_title = f"{controller.config.strategy} · approve {controller.gate.mode}"
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            yield TreeWidget("base", id="nodes")
+            with Vertical(id="right"):
+                yield Static("no proposal waiting", id="proposal")
+                with Vertical(id="curves"):
+                    yield Static("", id="budget")
+                    for name in CURVES:
+                        yield Static(name, classes="label")
+                        yield Sparkline([], id=f"spark-{name}")
+        yield Input(id="input")
+        yield RichLog(id="log", wrap=True, markup=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for widget in (self.query_one("#nodes"), self.query_one("#log"), self.query_one("#input")):
+            widget.can_focus = False  # keys go to the app's bindings unless the input is open
+        self.set_focus(None)
+        self.controller.observer = TuiObserver(self)
+        self.controller.gate.on_pending = lambda proposal, parent: self.call_from_thread(
+            self.post_message, ProposalPending(proposal, parent))
+        self.show_tree(self.controller.tree)
+        if self.run_controller:
+            self.run_session()
+
+    @work(thread=True, exclusive=True)
+    def run_session(self) -> None:
+        try:
+            self.controller.run()
+        except KeyboardInterrupt:
+            pass  # finish() has marked the session stopped
+        except Exception as exc:  # the controller has already recorded the failure
+            self.call_from_thread(self.post_message, Note(f"[red]session failed:[/] {exc}"))
+
+    # -- reacting to the controller -----------------------------------------------------------
+
+    def on_tree_changed(self, message: TreeChanged) -> None:
+        self.show_tree(message.tree)
+        self.query_one("#budget", Static).update(self.controller.budget.describe())
+
+    def on_step_logged(self, message: StepLogged) -> None:
+        for name, key in CURVES.items():
+            value = message.record.get(key)
+            if isinstance(value, (int, float)):
+                self.curves[name].append(float(value))
+                self.query_one(f"#spark-{name}", Sparkline).data = self.curves[name][-60:]
+
+    def on_note(self, message: Note) -> None:
+        self.query_one("#log", RichLog).write(message.text)
+
+    def on_proposal_pending(self, message: ProposalPending) -> None:
+        self.pending = message
+        diff = self.controller.parts.workspace.diff_text(message.parent.commit if message.parent else None,
+                                                         message.proposal.train_py)
+        self.query_one("#proposal", Static).update(_group(proposal_view(message.proposal, message.parent, diff)))
+        self.bell()
+
+    def on_session_ended(self, message: SessionEnded) -> None:
+        self.ended = message
+        self.query_one("#log", RichLog).write(f"[b]session {message.status}[/]: {message.reason}  (q to leave)")
+        if self.controller.gate.stop_requested.is_set():
+            self.exit()
+
+    def show_tree(self, tree: Tree) -> None:
+        widget = self.query_one("#nodes", TreeWidget)
+        widget.clear()
+        base = f"{tree.base_score:.3f}" if tree.base_score is not None else "…"
+        widget.root.set_label(f"base {base}")
+        best = tree.best()
+        best_path = {n.id for n in tree.path(best.id)} if best else set()
+        branches = {None: widget.root}
+        for node in tree.nodes.values():
+            score = f"{node.val_score:.3f} ± {node.val_stderr:.3f}" if node.scored else node.status.value
+            style = "bold green" if node.id in best_path else ""
+            label = f"[{style}]{node.id}[/] {score} [dim]{node.proposer}[/]" if style else \
+                f"{node.id} {score} [dim]{node.proposer}[/]"
+            branches[node.id] = branches.get(node.parent, widget.root).add(label, expand=True)
+        widget.root.expand_all()
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def decide(self, decision: Decision) -> None:
+        self.pending = None
+        self.query_one("#proposal", Static).update(f"{decision.action}d — waiting for the next proposal")
+        self.controller.gate.decide(decision)
+
+    def action_approve(self) -> None:
+        if self.pending:
+            self.decide(Decision(action="approve"))
+
+    def action_reject(self) -> None:
+        if self.pending:
+            self.ask("reject", "why? (goes back to the proposer)", "")
+
+    def action_edit(self) -> None:
+        if self.pending:
+            values = " ".join(f"{k}={json.dumps(v)}" for k, v in self.pending.proposal.hyperparameters.items())
+            self.ask("edit", "name=value … (Enter to run with these values)", values)
+
+    def ask(self, mode: str, placeholder: str, value: str) -> None:
+        self.input_mode = mode
+        field = self.query_one("#input", Input)
+        field.placeholder, field.value = placeholder, value
+        field.add_class("visible")
+        field.can_focus = True
+        field.focus()
+
+    def action_cancel_input(self) -> None:
+        self.input_mode = None
+        field = self.query_one("#input", Input)
+        field.remove_class("visible")
+        field.can_focus = False
+        self.set_focus(None)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if not self.pending or self.input_mode is None:
+            return
+        if self.input_mode == "reject":
+            self.decide(Decision(action="reject", reason=event.value.strip()))
+        else:
+            try:
+                values = self.controller.template.space.check(
+                    parse_values(event.value, self.pending.proposal.hyperparameters))
+            except ProposalError as exc:
+                self.query_one("#log", RichLog).write(f"[red]edit rejected:[/] {exc}")
+                return
+            self.decide(Decision(action="edit", hyperparameters=values, reason="values edited"))
+        self.action_cancel_input()
+
+    def action_pause(self) -> None:
+        gate = self.controller.gate
+        if gate.running.is_set():
+            gate.pause()
+            self.query_one("#log", RichLog).write("paused: no new stage starts until you press p again")
+        else:
+            gate.resume()
+            self.query_one("#log", RichLog).write("resumed")
+
+    def action_quit_session(self) -> None:
+        """Stop the session cleanly, then leave once the controller has recorded the stop."""
+        if self.ended or not self.run_controller:
+            self.exit()
+            return
+        gate = self.controller.gate
+        gate.stop_requested.set()
+        gate.resume()
+        if self.pending:
+            gate.decide(Decision(action="reject", reason="session stopped"))
+        self.query_one("#log", RichLog).write("stopping: the running stage is killed and marked interrupted")
+
+
+def _group(parts: list):
+    from rich.console import Group
+
+    return Group(*parts)
+
+
+def make_app(controller: Controller, run_controller: bool = True) -> SessionApp:
+    """The TUI for ``controller``; the CLI and the tests both build it here."""
+    return SessionApp(controller, run_controller)

@@ -1,0 +1,166 @@
+"""The TUI, driven by Textual's Pilot against a real controller (fast stand-in stages),
+and once through the real `autorl` command under a pseudo-terminal."""
+
+import json
+import os
+import sys
+import time
+
+import optuna
+import pexpect
+import pytest
+from mlflow.tracking import MlflowClient
+
+from autorl import template as templates
+from autorl.approval import Gate
+from autorl.config import make_config
+from autorl.session import create_session
+from autorl.tui import make_app
+from conftest import AUTORL, REPO, make_template, run_cli
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def fast_template(tmp_path_factory):
+    path = make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    return templates.load(str(path))
+
+
+def session(fast_template, runs_dir, tracker, name="tui", stages=2, mode="all"):
+    config = make_config(name=name, topic="t", template=str(fast_template.path), stages=stages, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri)
+    controller = create_session(config, fast_template, tracker)
+    controller.gate = Gate(mode, decided_by="tester")
+    return controller
+
+
+async def until(pilot, condition, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the app"
+        await pilot.pause(0.1)
+
+
+@pytest.mark.anyio
+async def test_approve_runs_the_stage_and_logs_the_decision(fast_template, runs_dir, tracker):
+    controller = session(fast_template, runs_dir, tracker, stages=1)
+    app = make_app(controller)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("a")
+        await until(pilot, lambda: app.ended is not None)
+    node = controller.tree.nodes["n001"]
+    assert node.scored and controller.status == "finished"
+    tags = MlflowClient(tracker.uri).get_run(node.mlflow_run_id).data.tags
+    assert tags["autorl.decision"] == "approve" and tags["autorl.decided_by"] == "tester"
+
+
+@pytest.mark.anyio
+async def test_reject_with_a_reason_reaches_the_proposer_and_mlflow(fast_template, runs_dir, tracker):
+    controller = session(fast_template, runs_dir, tracker, stages=1)
+    controller.parts.proposer.feedback = []  # what an LLM proposer reads into its next prompt
+    app = make_app(controller)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        first = app.pending.proposal
+        await pilot.press("r")
+        await pilot.press(*"too timid")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.pending is not None and app.pending.proposal is not first)
+        await pilot.press("a")
+        await until(pilot, lambda: app.ended is not None)
+    assert "too timid" in controller.parts.proposer.feedback[0]
+    decisions = [json.loads(line) for line in (controller.session_dir / "decisions.jsonl").read_text().splitlines()]
+    assert decisions[0]["action"] == "reject" and decisions[0]["reason"] == "too timid" and decisions[0]["node"] is None
+    assert decisions[1]["action"] == "approve" and decisions[1]["node"] == "n001"
+    study = controller.parts.proposer.study
+    assert study.trials[first.optuna_trial].state == optuna.trial.TrialState.FAIL
+    assert len(controller.tree.nodes) == 1 and controller.budget.spent_stages == 1  # a rejection costs nothing
+    run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
+    assert run.data.metrics["rejected_proposals"] == 1
+
+
+@pytest.mark.anyio
+async def test_an_invalid_edit_is_explained_and_a_valid_one_runs(fast_template, runs_dir, tracker):
+    controller = session(fast_template, runs_dir, tracker, stages=1)
+    app = make_app(controller)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("e")
+        app.query_one("#input").value = "learning_rate=5"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        log = "\n".join(line.text for line in app.query_one("#log").lines)
+        assert "edit rejected" in log and "learning_rate=5" in log and "outside" in log
+        assert app.pending is not None  # still waiting
+        app.query_one("#input").value = "learning_rate=0.0002 loss_type=grpo"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.ended is not None)
+    node = controller.tree.nodes["n001"]
+    assert node.hyperparameters["learning_rate"] == 0.0002 and node.hyperparameters["loss_type"] == "grpo"
+    tags = MlflowClient(tracker.uri).get_run(node.mlflow_run_id).data.tags
+    assert tags["autorl.decision"] == "edit" and "edited by tester" in tags["autorl.rationale"]
+
+
+@pytest.mark.anyio
+async def test_pause_holds_the_next_stage_until_resumed(fast_template, runs_dir, tracker):
+    controller = session(fast_template, runs_dir, tracker, stages=2)
+    app = make_app(controller)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("p")  # pause: the approved stage runs, the next one does not start
+        await pilot.press("a")
+        await until(pilot, lambda: "n001" in controller.tree.nodes and controller.tree.nodes["n001"].scored)
+        await pilot.pause(2.0)
+        assert app.pending is None and len(controller.tree.nodes) == 1
+        await pilot.press("p")
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("a")
+        await until(pilot, lambda: app.ended is not None)
+    assert len(controller.tree.nodes) == 2
+
+
+@pytest.mark.anyio
+async def test_quit_stops_the_session_cleanly(fast_template, runs_dir, tracker):
+    controller = session(fast_template, runs_dir, tracker, stages=3)
+    app = make_app(controller)
+    async with app.run_test(size=(150, 45)) as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.pause(0.5)
+        app.save_screenshot(str(runs_dir / "pending.svg"))
+        await pilot.press("q")
+        await until(pilot, lambda: app.ended is not None)
+    assert controller.status == "stopped" and controller.tree.nodes == {}
+    run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
+    assert run.info.status == "KILLED"
+    svg = (runs_dir / "pending.svg").read_text()  # the main screen: tree, proposal with values, key bindings
+    for text in ("hyperparameter", "learning_rate", "approve", "reject", "edit", "base", "parent"):
+        assert text in svg
+
+
+def test_approve_needs_a_terminal():
+    done = run_cli("research", "t", "--approve", "edits", "--stages", "1")
+    assert done.returncode == 1 and "needs an interactive terminal" in done.stderr
+
+
+def test_real_command_under_a_pty_approves_with_a_key_press(fast_template, runs_dir):
+    child = pexpect.spawn(AUTORL[0], [*AUTORL[1:], "research", "t", "--template", str(fast_template.path),
+                                      "--stages", "1", "--approve", "all", "--name", "pty"],
+                          cwd=str(REPO), env={**os.environ, "TERM": "xterm-256color"}, dimensions=(40, 140),
+                          timeout=120, encoding="utf-8")
+    try:
+        child.expect("hyperparameter")
+        child.send("a")
+        child.expect("session finished")
+        child.send("q")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    data = json.loads(run_cli("show", "pty", "--json").stdout)
+    assert data["status"] == "finished" and data["nodes"][0]["status"] == "succeeded"
+    tags = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}").get_run(data["nodes"][0]["mlflow_run_id"]).data.tags
+    assert tags["autorl.decision"] == "approve"
