@@ -113,7 +113,7 @@ def parse_values(text: str, current: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str) -> list:
+def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str, proposer: str = "") -> list:
     table = Table("hyperparameter", "parent", "proposed", box=None)
     before = parent.hyperparameters if parent else {}
     for name, value in proposal.hyperparameters.items():
@@ -123,7 +123,7 @@ def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str) -
                       f"[{style}]{value:.3g}[/]" if isinstance(value, float) and style else
                       (f"{value:.3g}" if isinstance(value, float) else f"[{style}]{value}[/]" if style else str(value)))
     diagnosis = findings_text(parent.extra.get("diagnosis", [])) if parent else "base model: no diagnosis"
-    parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposal.proposer or 'session'}",
+    parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposal.proposer or proposer}",
              f"[i]{proposal.rationale or 'no rationale'}[/]", table, f"[b]parent's diagnosis[/]\n{diagnosis}"]
     if train_py_diff:
         parts.append(Syntax(train_py_diff, "diff", theme="ansi_dark", word_wrap=True))
@@ -218,7 +218,8 @@ class SessionApp(App):
         self.pending = message
         diff = self.controller.parts.workspace.diff_text(message.parent.commit if message.parent else None,
                                                          message.proposal.train_py)
-        self.query_one("#proposal", Static).update(_group(proposal_view(message.proposal, message.parent, diff)))
+        self.query_one("#proposal", Static).update(_group(proposal_view(message.proposal, message.parent, diff,
+                                                                         self.controller.parts.proposer.name)))
         self.bell()
 
     def on_session_ended(self, message: SessionEnded) -> None:

@@ -47,10 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="where the sessions' runs go [a temp dir]; rerunning with the same --work skips "
                              "sessions already recorded there")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
-    parser.add_argument("--quick", action="store_true", help="CI smoke: tree and grid, 1 seed, 2 stages")
+    parser.add_argument("--quick", action="store_true", help="CI smoke: tree and grid, 1 seed, 2 stages of 10 steps")
     args = parser.parse_args(argv)
     if args.quick:
-        args.strategies, args.seeds, args.stages = "tree,grid", 1, 2
+        args.strategies, args.seeds, args.stages, args.steps = "tree,grid", 1, 2, 10
     args.strategies = [s for s in args.strategies.split(",") if s]
     return args
 
