@@ -17,7 +17,7 @@ def sha(path):
 def test_prepare_rebuilds_the_shipped_model_bit_for_bit(tmp_path):
     env = templates.load("arith").env_dir
     done = subprocess.run([sys.executable, str(env / "prepare.py"), "--out", str(tmp_path / "model")],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("model.safetensors", "tokenizer.json", "config.json"):
         assert sha(tmp_path / "model" / name) == sha(env / "base_model" / name), name
