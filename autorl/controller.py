@@ -158,9 +158,7 @@ class Controller:
     def reject(self, proposal: Proposal, decision: Decision) -> None:
         """A person said no: nothing runs, the proposer hears why, MLflow keeps the decision."""
         self.rejected_proposals += 1
-        study = getattr(self.parts.proposer, "study", None)
-        if proposal.optuna_trial is not None and study is not None:
-            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
+        self.fail_trial(proposal)
         feedback = getattr(self.parts.proposer, "feedback", None)
         if feedback is not None:
             feedback.append(f"a person rejected the proposal from {proposal.parent or 'base'} "
@@ -171,11 +169,15 @@ class Controller:
     def apply_edit(self, proposal: Proposal, decision: Decision) -> Proposal:
         """The person's values replace the proposer's (already validated by whoever edited them)."""
         values = self.template.space.check(decision.hyperparameters or {})
-        study = getattr(self.parts.proposer, "study", None)
-        if proposal.optuna_trial is not None and study is not None:  # the trial's values did not run
-            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
+        self.fail_trial(proposal)  # the trial's values did not run
         return proposal.model_copy(update={"hyperparameters": values, "optuna_trial": None,
                                            "rationale": f"{proposal.rationale} (values edited by {decision.decided_by})"})
+
+    def fail_trial(self, proposal: Proposal) -> None:
+        """Fail the Optuna trial behind a proposal that will not run as sampled."""
+        study = getattr(self.parts.proposer, "study", None)
+        if proposal.optuna_trial is not None and study is not None:
+            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
 
     def log_decision(self, node: Node | None, proposal: Proposal, decision: Decision) -> None:
         entry = {"node": node.id if node else None, "parent": proposal.parent, **decision.model_dump(),

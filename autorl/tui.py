@@ -118,10 +118,8 @@ def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str, p
     before = parent.hyperparameters if parent else {}
     for name, value in proposal.hyperparameters.items():
         old = before.get(name, "—")
-        style = "bold yellow" if parent and old != value else ""
-        table.add_row(name, f"{old:.3g}" if isinstance(old, float) else str(old),
-                      f"[{style}]{value:.3g}[/]" if isinstance(value, float) and style else
-                      (f"{value:.3g}" if isinstance(value, float) else f"[{style}]{value}[/]" if style else str(value)))
+        changed = parent is not None and old != value
+        table.add_row(name, _short(old), f"[bold yellow]{_short(value)}[/]" if changed else _short(value))
     diagnosis = findings_text(parent.extra.get("diagnosis", [])) if parent else "base model: no diagnosis"
     parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposal.proposer or proposer}",
              f"[i]{proposal.rationale or 'no rationale'}[/]", table, f"[b]parent's diagnosis[/]\n{diagnosis}"]
@@ -314,6 +312,10 @@ class SessionApp(App):
         if self.pending:
             gate.decide(Decision(action="reject", reason="session stopped"))
         self.query_one("#log", RichLog).write("stopping: the running stage is killed and marked interrupted")
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _group(parts: list):

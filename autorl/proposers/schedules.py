@@ -15,6 +15,7 @@ schedule. The strategies differ only in how a schedule is drawn:
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from typing import Any
 
 import optuna
@@ -26,7 +27,7 @@ from autorl.space import Param, SearchSpace
 from autorl.tree import Node, Tree
 
 
-class ScheduleProposer:
+class ScheduleProposer(ABC):
     """Runs schedules one at a time; subclasses say how the ``index``-th one is drawn.
 
     Each draw depends only on the seed and the schedule's index, so a resumed session
@@ -45,8 +46,9 @@ class ScheduleProposer:
         self.count = 0  # schedules started
         self.length = 0
 
+    @abstractmethod
     def draw(self, index: int) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The stages of the ``index``-th schedule (1-based)."""
 
     def schedule_of(self, index: int) -> list[dict[str, Any]] | None:
         """The ``index``-th schedule as it was drawn, or None when it is already over."""
@@ -135,10 +137,13 @@ class FlatTpeProposer(ScheduleProposer):
         self.study = study
         self.trial: int | None = None  # the Optuna trial of the schedule in progress
 
+    def running_trial(self, index: int):
+        """The trial of schedule ``index`` if it was drawn and is not finished (after a stop)."""
+        return next((t for t in self.study.trials
+                     if t.state == TrialState.RUNNING and t.user_attrs.get("schedule") == index), None)
+
     def draw(self, index: int) -> list[dict[str, Any]]:
-        running = [t for t in self.study.trials if t.state == TrialState.RUNNING and t.user_attrs.get("schedule") == index]
-        if running:  # resuming: the schedule was drawn before the stop
-            trial = running[0]
+        if (trial := self.running_trial(index)) is not None:  # resuming: drawn before the stop
             params, self.trial = trial.params, trial.number
             return [{name: params[f"s{i}.{name}"] for name in self.space.params} for i in range(1, params["stages"] + 1)]
         reseed(self.study, self.seed, index)
@@ -153,8 +158,7 @@ class FlatTpeProposer(ScheduleProposer):
         return self.trial
 
     def schedule_of(self, index: int) -> list[dict[str, Any]] | None:
-        running = [t for t in self.study.trials if t.state == TrialState.RUNNING and t.user_attrs.get("schedule") == index]
-        return self.draw(index) if running else None
+        return self.draw(index) if self.running_trial(index) is not None else None
 
     def finished(self, tree: Tree, last: Node) -> None:
         if self.trial is None:
