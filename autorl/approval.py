@@ -8,22 +8,14 @@ context for its next proposal; an edit of the values is validated like any propo
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
-from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from autorl.proposers.base import Proposal
+from search.proposers import Proposal
+from search.tree import Decision
 
 APPROVE_MODES = ("none", "edits", "all")
-
-
-class Decision(BaseModel):
-    action: Literal["approve", "reject", "edit"]
-    reason: str = ""
-    hyperparameters: dict[str, Any] | None = None  # the edited values, for "edit"
-    decided_by: str = "autorl"
 
 
 class Gate:
@@ -38,21 +30,19 @@ class Gate:
         self.running = threading.Event()
         self.running.set()
         self.stop_requested = threading.Event()
-        self.on_pending = None  # called with (proposal, parent) when a proposal starts waiting
 
     def needs_review(self, proposal: Proposal) -> bool:
         return self.mode == "all" or (self.mode == "edits" and proposal.train_py is not None)
 
-    def review(self, proposal: Proposal, parent) -> Decision:
-        """Block until a decision arrives (or approve at once when nothing needs review)."""
+    def review(self, proposal: Proposal) -> Decision:
+        """Block until a decision arrives (or approve at once when nothing needs review).
+        Whoever answers learned of the proposal through ``Observer.proposal_pending``."""
         if not self.needs_review(proposal):
             return Decision(action="approve", decided_by="autorl (no review needed)")
-        if self.on_pending:
-            self.on_pending(proposal, parent)
         return self.decisions.get()
 
     def decide(self, decision: Decision) -> None:
-        self.decisions.put(decision.model_copy(update={"decided_by": self.decided_by}))
+        self.decisions.put(dataclasses.replace(decision, decided_by=self.decided_by))
 
     def wait_while_paused(self) -> None:
         self.running.wait()

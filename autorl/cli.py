@@ -14,8 +14,10 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from autorl.errors import AutorlError
+from autorl.config import SessionConfig
+from autorl.errors import USER_ERRORS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Autonomous research agent for RL post-training.")
 console = Console()
@@ -34,14 +36,21 @@ def cli_errors(func):
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except AutorlError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        except USER_ERRORS as exc:
+            err_console.print("[bold red]error:[/]", escape(str(exc)), highlight=False, soft_wrap=True)
             raise typer.Exit(1)
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
             raise typer.Exit(130)
 
     return wrapper
+
+
+def option(field: str, *flags: str, **extra) -> typer.models.OptionInfo:
+    """A CLI option whose default and help are the SessionConfig field's: each option is
+    declared once, and its validation lives in the config."""
+    info = SessionConfig.model_fields[field]
+    return typer.Option(info.default, *flags, help=info.description, **extra)
 
 
 def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str]):
@@ -56,31 +65,30 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str]):
 @cli_errors
 def research(
     topic: str = typer.Argument(..., help="The research question, e.g. 'reach 70% on 3-digit addition'."),
-    template: str = typer.Option("arith", "--template", "-t", help="Built-in template name or a folder."),
-    stages: int = typer.Option(8, "--stages", "-n", help="Training stages to run in all."),
-    time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget, e.g. 30m, 2h."),
+    template: str = option("template", "--template", "-t"),
+    stages: int = option("stages", "--stages", "-n"),
+    time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
         None, "--strategy", help="tree | grid | random | optuna | greedy | llm | hybrid [default: hybrid with --llm, else tree]."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the search."),
-    max_depth: int = typer.Option(3, "--max-depth", help="Most stages on one schedule (tree depth)."),
-    sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: how trials are isolated (see `autorl doctor`)."),
-    trial_memory: float = typer.Option(8.0, "--trial-memory", help="Memory limit of one trial in GiB (per-trial cgroup)."),
+    seed: int = option("seed", "--seed"),
+    max_depth: int = option("max_depth", "--max-depth"),
+    sandbox: str = option("sandbox", "--sandbox"),
+    trial_memory: float = option("trial_memory_gb", "--trial-memory"),
     approve: str = typer.Option("none", "--approve", help="none | edits | all: which proposals wait for you in the TUI."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
-    llm: Optional[str] = typer.Option(None, "--llm", envvar="AUTORL_LLM", help="Model at an OpenAI-compatible endpoint."),
-    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL",
-                                               help="Endpoint, e.g. http://localhost:8000/v1 (vLLM, Ollama, llama.cpp)."),
+    llm: Optional[str] = option("llm_model", "--llm", envvar="AUTORL_LLM"),
+    llm_base_url: Optional[str] = option("llm_base_url", "--llm-base-url", envvar="OPENAI_BASE_URL"),
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
-    llm_timeout: float = typer.Option(60.0, "--llm-timeout", help="Seconds per LLM request attempt."),
-    max_llm_tokens: Optional[int] = typer.Option(None, "--max-llm-tokens", help="Stop asking the LLM after this many tokens."),
-    max_llm_cost: Optional[float] = typer.Option(None, "--max-llm-cost", help="Stop asking the LLM after this many dollars."),
+    llm_timeout: float = option("llm_timeout_s", "--llm-timeout"),
+    max_llm_tokens: Optional[int] = option("max_llm_tokens", "--max-llm-tokens"),
+    max_llm_cost: Optional[float] = option("max_llm_cost", "--max-llm-cost"),
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
     from autorl.config import make_config, parse_duration
-    from autorl.llm import read_api_key
+    from search.llm import read_api_key
     from autorl.session import create_session, new_session_name
 
     check_approve(approve)
@@ -96,11 +104,22 @@ def research(
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
     )
-    controller = create_session(config, loaded, tracker, api_key=api_key)
+    if approve != "none":
+        import getpass
+
+        from autorl.approval import Gate
+        from autorl.tui import TuiObserver
+
+        observer, gate = TuiObserver(), Gate(approve, decided_by=getpass.getuser())
+    else:
+        from autorl.live import LiveView
+
+        observer, gate = LiveView(console), None
+    controller = create_session(config, loaded, tracker, observer=observer, gate=gate, api_key=api_key)
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
     if approve != "none":
-        drive_tui(controller, approve, runs, tracker)
+        drive_tui(controller, runs, tracker)
     else:
         drive(controller, runs, tracker)
 
@@ -116,14 +135,10 @@ def check_approve(mode: str) -> None:
                           "in scripts and CI run without it (autonomous, --approve none)")
 
 
-def drive_tui(controller, mode: str, runs: Path, tracker) -> None:
+def drive_tui(controller, runs: Path, tracker) -> None:
     """Run a controller inside the TUI, where proposals wait for a person's decision."""
-    import getpass
-
-    from autorl.approval import Gate
     from autorl.tui import make_app
 
-    controller.gate = Gate(mode, decided_by=getpass.getuser())
     make_app(controller).run()
     name = controller.config.name
     console.print(f"session {name}: {controller.status} ({controller.reason})")
@@ -133,11 +148,8 @@ def drive_tui(controller, mode: str, runs: Path, tracker) -> None:
 
 
 def drive(controller, runs: Path, tracker) -> None:
-    """Run a controller with the live view; Ctrl-C and SIGTERM stop it cleanly and say how to resume."""
-    from autorl.live import LiveView
-
+    """Run a controller; Ctrl-C and SIGTERM stop it cleanly and say how to resume."""
     name = controller.config.name
-    controller.observer = LiveView(console, controller.budget)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         controller.run()
@@ -164,13 +176,15 @@ def resume(
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
 ):
     """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
-    from autorl.llm import read_api_key
+    from autorl.live import LiveView
     from autorl.resume import resume_session
+    from search.llm import read_api_key
 
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     run = tracker.find_session(name)
     needs_key = run is not None and run.data.tags.get("autorl.strategy") in ("llm", "hybrid")
-    controller = resume_session(name, tracker, api_key=read_api_key(llm_key_file) if needs_key else None)
+    controller = resume_session(name, tracker, observer=LiveView(console),
+                                api_key=read_api_key(llm_key_file) if needs_key else None)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")
         return
@@ -232,7 +246,8 @@ def show(
     from rich.tree import Tree as RichTree
 
     from autorl.live import fmt
-    from autorl.report import schedule_text, show_session
+    from autorl.report import show_session
+    from search.tree import schedule_text
 
     _, tracker = open_tracker(runs_dir, tracking_uri)
     data = show_session(tracker, name)

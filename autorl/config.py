@@ -60,7 +60,7 @@ class SessionConfig(BaseModel):
 
     name: str = Field(description="Session name, unique in the tracking store.")
     topic: str = Field(description="The research question, appended to the template's brief.")
-    template: str = Field(description="Template name or path it was loaded from.")
+    template: str = Field("arith", description="Built-in template name or a template folder.")
     stages: int = Field(8, description="Training stages the session may run in all.")
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
     strategy: str = Field("tree", description="How the next stage is proposed.")

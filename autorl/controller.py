@@ -15,27 +15,25 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from optuna.trial import TrialState
-
-from autorl import faults
-from autorl.approval import Decision, Gate
+from autorl import faults, records
+from autorl.approval import Gate
 from autorl.budget import Budget
-from autorl.diagnose import diagnose
 from autorl.config import SessionConfig
-from autorl.errors import AutorlError, CheckpointError, FrozenFileError
+from autorl.diagnose import diagnose
+from autorl.errors import CheckpointError, FrozenFileError, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
-from autorl.plots import plot_curves
 from autorl.observer import Observer
-from autorl.policy import BestFirstPolicy
-from autorl.proposers.base import Proposal, ProposalDropped, Proposer
+from autorl.plots import plot_curves
 from autorl.spec import TrialSpec
 from autorl.stage import StageOutcome, StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
-from autorl.tree import Node, Status, Tree
 from autorl.workspace import Workspace
+from search.policy import BestFirstPolicy
+from search.proposers import Proposal, ProposalDropped, Proposer
+from search.tree import Decision, Node, Status, Tree
 
 
 MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
@@ -48,7 +46,7 @@ class Collaborators:
     evaluator: FrozenEvaluator
     runner: StageRunner
     proposer: Proposer
-    policy: BestFirstPolicy | None  # None: the proposer runs its own line (flat and greedy baselines)
+    policy: BestFirstPolicy | None  # None when the proposer chooses parents itself (flat and greedy baselines)
 
 
 class Controller:
@@ -58,8 +56,10 @@ class Controller:
         template: Template,
         parts: Collaborators,
         session_run_id: str,
+        *,
+        budget: Budget,
         observer: Observer | None = None,
-        budget: Budget | None = None,
+        gate: Gate | None = None,
         tree: Tree | None = None,
         lock: SessionLock | None = None,
     ):
@@ -67,13 +67,12 @@ class Controller:
         self.template = template
         self.parts = parts
         self.session_run_id = session_run_id
+        self.budget = budget
         self.observer = observer or Observer()
+        self.gate = gate or Gate("none")
         self.tree = tree or Tree()
         self.lock = lock
-        self.gate = Gate("none")
         self.rejected_proposals = 0
-        self.budget = budget or Budget(config.stages, config.time_budget_s)
-        self.dropped_proposals = 0
         self.status = "running"
         self.reason = ""
 
@@ -84,7 +83,7 @@ class Controller:
     # -- the loop ---------------------------------------------------------------------------
 
     def run(self) -> Tree:
-        self.observer.session_started(self.config.name, self.tree)
+        self.observer.session_started(self.config.name, self.tree, self.budget)
         self.observer.message(self.parts.runner.sandbox.describe())
         try:
             if self.tree.base_score is None:
@@ -100,7 +99,7 @@ class Controller:
         except KeyboardInterrupt:
             self.finish("stopped", "interrupted (Ctrl-C or SIGTERM)")
             raise
-        except AutorlError as exc:
+        except USER_ERRORS as exc:
             self.finish("failed", str(exc))
             raise
         except Exception as exc:
@@ -116,11 +115,13 @@ class Controller:
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
         except ProposalDropped as exc:
-            self.dropped_proposals += 1
             self.observer.message(str(exc))
-            self.log_llm_usage()
+            self.log_usage()
             return None
-        decision = self.gate.review(proposal, self.tree.nodes.get(proposal.parent) if proposal.parent else None)
+        parent_node = self.tree.nodes.get(proposal.parent) if proposal.parent else None
+        if self.gate.needs_review(proposal):
+            self.observer.proposal_pending(proposal, parent_node)
+        decision = self.gate.review(proposal)
         self.check_stop()
         if decision.action == "reject":
             self.reject(proposal, decision)
@@ -146,7 +147,7 @@ class Controller:
         self.parts.proposer.observe(self.tree, node)
         self.record(node, outcome)
         self.observer.stage_finished(node, self.tree)
-        if node.extra.get("frozen_violation"):
+        if node.frozen_violation:
             raise FrozenFileError(node.reason)
         return node
 
@@ -158,29 +159,19 @@ class Controller:
     def reject(self, proposal: Proposal, decision: Decision) -> None:
         """A person said no: nothing runs, the proposer hears why, MLflow keeps the decision."""
         self.rejected_proposals += 1
-        self.fail_trial(proposal)
-        feedback = getattr(self.parts.proposer, "feedback", None)
-        if feedback is not None:
-            feedback.append(f"a person rejected the proposal from {proposal.parent or 'base'} "
-                            f"({_json(proposal.hyperparameters)}): {decision.reason or 'no reason given'}")
+        self.parts.proposer.withdraw(proposal, reason=decision.reason or "no reason given")
         self.log_decision(None, proposal, decision)
         self.observer.message(f"proposal rejected by {decision.decided_by}: {decision.reason or 'no reason given'}")
 
     def apply_edit(self, proposal: Proposal, decision: Decision) -> Proposal:
         """The person's values replace the proposer's (already validated by whoever edited them)."""
         values = self.template.space.check(decision.hyperparameters or {})
-        self.fail_trial(proposal)  # the trial's values did not run
+        self.parts.proposer.withdraw(proposal)  # the values it proposed do not run
         return proposal.model_copy(update={"hyperparameters": values, "optuna_trial": None,
                                            "rationale": f"{proposal.rationale} (values edited by {decision.decided_by})"})
 
-    def fail_trial(self, proposal: Proposal) -> None:
-        """Fail the Optuna trial behind a proposal that will not run as sampled."""
-        study = getattr(self.parts.proposer, "study", None)
-        if proposal.optuna_trial is not None and study is not None:
-            study.tell(proposal.optuna_trial, state=TrialState.FAIL, skip_if_finished=True)
-
     def log_decision(self, node: Node | None, proposal: Proposal, decision: Decision) -> None:
-        entry = {"node": node.id if node else None, "parent": proposal.parent, **decision.model_dump(),
+        entry = {"node": node.id if node else None, "parent": proposal.parent, **decision.to_dict(),
                  "proposed": proposal.hyperparameters}
         with (self.session_dir / "decisions.jsonl").open("a") as handle:
             handle.write(json.dumps(entry) + "\n")
@@ -196,14 +187,14 @@ class Controller:
         stage was cut short is trained again once, under a new MLflow run, without
         charging the budget a second time.
         """
-        for node in [n for n in self.tree.nodes.values() if n.status == Status.RUNNING]:
+        for node in [n for n in self.tree.nodes.values() if n.status in (Status.RUNNING, Status.INTERRUPTED)]:
             finished = self.parts.runner.finished_outcome(self.node_dir(node.id))
             if finished is not None:
                 self.observer.message(f"{node.id}: its stage had finished before the stop; scoring it")
                 self.apply_outcome(node, finished)
                 self.launch(node, finished)
                 continue
-            if node.extra.get("attempt", 1) >= 2:
+            if node.attempt >= 2:
                 self.fail(node, "interrupted twice; not retried again")
                 self.record(node, StageOutcome(None, reason=node.reason))
                 continue
@@ -211,9 +202,10 @@ class Controller:
             self.parts.tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted",
                                                              "autorl.reason": "controller stopped mid-stage; re-run"})
             self.parts.tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
-            node.extra["attempt"] = node.extra.get("attempt", 1) + 1
+            node.attempt += 1
+            node.status = Status.RUNNING
             node.mlflow_run_id = self.parts.tracker.start_node(
-                self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters)
+                self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters)
             self.launch(node)
 
     def disk_full(self) -> str | None:
@@ -234,25 +226,24 @@ class Controller:
             depth=1 if parent is None else parent.depth + 1,
             hyperparameters=hyperparameters,
             seed=self.config.seed * 1000 + len(self.tree.nodes) + 1,
-            proposer=proposal.proposer or self.parts.proposer.name,
+            proposer=self.parts.proposer.name,
             commit=self.commit_for(parent, proposal, node_id),
             step_offset=0 if parent is None else parent.step_offset + parent.steps,
+            rationale=proposal.rationale,
+            expected_effect=proposal.expected_effect,
+            edited=proposal.train_py is not None,
+            optuna_trial=proposal.optuna_trial,
+            decision=decision if decision is not None and self.gate.needs_review(proposal) else None,
         )
-        if proposal.optuna_trial is not None:
-            node.extra["optuna_trial"] = proposal.optuna_trial
-        node.extra.update(rationale=proposal.rationale, expected_effect=proposal.expected_effect,
-                          edited=proposal.train_py is not None)
-        if decision is not None and self.gate.needs_review(proposal):
-            node.extra["decision"] = decision.model_dump()
         self.tree.add(node)
         node.mlflow_run_id = self.parts.tracker.start_node(
-            self.session_run_id, self.config.name, node.id, self.node_tags(node), node.hyperparameters
+            self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters
         )
         if proposal.transcript:
-            self.parts.tracker.log_text(node.mlflow_run_id, _json(proposal.transcript), "llm_transcript.json")
-        self.log_llm_usage()
-        if "decision" in node.extra:
-            self.log_decision(node, proposal, decision)
+            self.parts.tracker.log_text(node.mlflow_run_id, records.dumps(proposal.transcript), "llm_transcript.json")
+        self.log_usage()
+        if node.decision is not None:
+            self.log_decision(node, proposal, node.decision)
         node.status = Status.RUNNING
         return node
 
@@ -265,11 +256,10 @@ class Controller:
         summary = (proposal.rationale or "edit").splitlines()[0][:72]
         return workspace.commit_train_script(proposal.train_py, f"{node_id}: {summary}")
 
-    def log_llm_usage(self) -> None:
-        client = getattr(self.parts.proposer, "client", None)
-        if client is not None:
-            metrics = client.usage.as_metrics() | {"llm_dropped_proposals": self.dropped_proposals}
-            self.parts.tracker.log_metrics(self.session_run_id, metrics, step=len(self.tree.nodes))
+    def log_usage(self) -> None:
+        """The proposer's counters (LLM tokens, cost, dropped proposals) on the session run."""
+        if usage := self.parts.proposer.usage():
+            self.parts.tracker.log_metrics(self.session_run_id, usage, step=len(self.tree.nodes))
 
     def node_dir(self, node_id: str) -> Path:
         return self.session_dir / "nodes" / node_id
@@ -312,7 +302,7 @@ class Controller:
             result = self.evaluate(checkpoint, "validation", self.node_dir(node.id))
         except FrozenFileError as exc:
             self.fail(node, str(exc))
-            node.extra["frozen_violation"] = True
+            node.frozen_violation = True
             return
         except CheckpointError as exc:
             self.fail(node, str(exc))
@@ -327,13 +317,12 @@ class Controller:
 
     def diagnose(self, node: Node, outcome: StageOutcome) -> None:
         """Name what went wrong (or right) in this stage, against its parent on the same items."""
-        comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent)) if node.scored else None
-        findings = diagnose(outcome.records, comparison)
-        node.extra["diagnosis"] = [f.to_dict() for f in findings]
-        node.extra["comparison"] = comparison.to_dict() if comparison else None
+        node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent)) if node.scored else None
+        node.diagnosis = diagnose(outcome.records, node.comparison)
         node_dir = self.node_dir(node.id)
         (node_dir / "diagnosis.json").write_text(json.dumps(
-            {"findings": node.extra["diagnosis"], "comparison": node.extra["comparison"]}, indent=2))
+            {"findings": [f.to_dict() for f in node.diagnosis],
+             "comparison": node.comparison.to_dict() if node.comparison else None}, indent=2))
         plot_curves(outcome.records, node_dir / "curves.png", f"{node.id} ← {node.parent or 'base'}")
 
     def evaluate(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
@@ -347,12 +336,7 @@ class Controller:
     def record(self, node: Node, outcome: StageOutcome) -> None:
         tracker, run_id = self.parts.tracker, node.mlflow_run_id
         tracker.log_step_records(run_id, outcome.records, offset=node.step_offset)
-        values = {"stage_seconds": node.seconds, "steps": node.steps}
-        if node.scored:
-            values.update(val_score=node.val_score, val_stderr=node.val_stderr)
-        if node.train_reward is not None:
-            values["train_reward"] = node.train_reward
-        tracker.log_metrics(run_id, values)
+        tracker.log_metrics(run_id, records.node_metrics(node))
         node_dir = self.node_dir(node.id)
         diff = self.parts.workspace.diff_from_template(node.commit)
         (node_dir / "train_py.diff").write_text(diff)
@@ -360,40 +344,10 @@ class Controller:
                                        ("spec.json", "metrics.jsonl", "stdout.log", "stderr.log", "train_py.diff",
                                         "eval_validation.json", "eval_validation_stderr.log", "diagnosis.json",
                                         "curves.png")])
-        tracker.set_tags(run_id, self.node_tags(node))
+        tracker.set_tags(run_id, records.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
         tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed,
                                                   "stages_spent": self.budget.spent_stages}, step=len(self.tree.nodes))
-
-    def node_tags(self, node: Node) -> dict[str, str]:
-        tags = {
-            "autorl.node_id": node.id,
-            "autorl.parent_node": node.parent or "base",
-            "autorl.depth": node.depth,
-            "autorl.status": node.status.value,
-            "autorl.reason": node.reason,
-            "autorl.proposer": node.proposer,
-            "autorl.seed": node.seed,
-            "autorl.step_offset": node.step_offset,
-            "autorl.git_commit": node.commit,
-            "mlflow.source.git.commit": node.commit,
-            "autorl.hyperparameters": _json(node.hyperparameters),
-            "autorl.rationale": node.extra.get("rationale", ""),
-            "autorl.expected_effect": node.extra.get("expected_effect", ""),
-            "autorl.edited": node.extra.get("edited", False),
-            "autorl.diagnosis": ",".join(f["name"] for f in node.extra.get("diagnosis", [])),
-            "autorl.verdict": (node.extra.get("comparison") or {}).get("verdict", ""),
-            "autorl.attempt": node.extra.get("attempt", 1),
-        }
-        if "decision" in node.extra:
-            decision = node.extra["decision"]
-            tags.update({"autorl.decision": decision["action"], "autorl.decided_by": decision["decided_by"],
-                         "autorl.decision_reason": decision["reason"]})
-        if "kept" in node.extra:
-            tags["autorl.kept"] = node.extra["kept"]
-        if "optuna_trial" in node.extra:
-            tags["autorl.optuna_trial"] = node.extra["optuna_trial"]
-        return tags
 
     def score_base(self) -> None:
         """The base model's validation score: the reference every stage is compared to."""
@@ -432,14 +386,11 @@ class Controller:
                                                   "session_seconds": self.budget.elapsed})
         for node in self.tree.nodes.values():
             if node.status == Status.RUNNING:  # cut short: `resume` trains it again
+                node.status = Status.INTERRUPTED
                 tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted", "autorl.reason": reason})
                 tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
         tracker.end_session(self.session_run_id, status, reason)
         if self.lock is not None:
             self.lock.release()
         self.observer.session_finished(self.tree, status, reason)
-
-
-def _json(value) -> str:
-    return json.dumps(value, sort_keys=True)
 

@@ -14,23 +14,9 @@ binary-exact weights.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 
 from autorl.curves import series, training_steps
-from autorl.noise import Comparison
-
-
-@dataclass(frozen=True)
-class Finding:
-    name: str
-    severity: str  # "info" | "warning" | "critical"
-    evidence: str
-    suggestion: str
-    steps: tuple[int, int] = (0, 0)
-    values: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from search.tree import Comparison, Finding
 
 
 def _steps(records: list[dict], key: str) -> list[int]:
@@ -174,9 +160,3 @@ def diagnose(records: list[dict], comparison: Comparison | None = None) -> list[
                  train_eval_divergence(records, comparison), regression(comparison)]
     order = {"critical": 0, "warning": 1, "info": 2}
     return sorted((f for f in detectors if f is not None), key=lambda f: order[f.severity])
-
-
-def findings_text(findings: list[dict]) -> str:
-    if not findings:
-        return "no pathology found"
-    return "\n".join(f"- {f['name']} ({f['severity']}): {f['evidence']}; try: {f['suggestion']}" for f in findings)

@@ -11,13 +11,12 @@ Check = tuple[str, "bool | None", str]  # title, ok (None: not applicable), deta
 
 
 def sandbox_checks(kind: str) -> Iterator[Check]:
-    from autorl.errors import ConfigError
-    from autorl.sandbox import choose_sandbox
+    from sandbox import SandboxError, choose_sandbox
 
     warnings: list[str] = []
     try:
         sandbox = choose_sandbox(kind, notify=warnings.append)
-    except ConfigError as exc:
+    except SandboxError as exc:
         yield "sandbox", False, str(exc)
         return
     yield "sandbox", sandbox.tier == "bwrap", sandbox.describe() + "".join(f" ({w})" for w in warnings)

@@ -1,5 +1,13 @@
 """One error hierarchy. Library code raises these; only the CLI turns them into a
-red line and an exit code."""
+red line and an exit code.
+
+The two lower layers have their own base class (they never import autorl):
+``search.errors.SearchError`` and ``sandbox.SandboxError``. ``USER_ERRORS`` is the set
+the CLI catches.
+"""
+
+from sandbox import SandboxError
+from search.errors import ProposalError, SearchError  # noqa: F401  (re-exported: autorl code raises it too)
 
 
 class AutorlError(Exception):
@@ -26,9 +34,12 @@ class FrozenFileError(AutorlError):
     """A frozen environment file changed since the session started: scoring stops."""
 
 
-class ProposalError(AutorlError):
-    """A proposal that does not fit the space or the tree."""
-
-
 class CheckpointError(AutorlError):
     """A checkpoint that is missing or carries something other than weights."""
+
+
+class ContractError(AutorlError):
+    """A template file, trial or evaluator output that breaks the template contract (docs/templates.md)."""
+
+
+USER_ERRORS = (AutorlError, SearchError, SandboxError)

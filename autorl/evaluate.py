@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl import faults
-from autorl.errors import CheckpointError
-from autorl.executor import scrubbed_env
+from autorl.errors import CheckpointError, ContractError
 from autorl.frozen import FrozenGuard
-from autorl.sandbox import Mounts, Sandbox
+from sandbox import Mounts, Sandbox, scrubbed_env
 
 SAFE_SUFFIXES = {".safetensors", ".json", ".jinja", ".txt", ".model", ".md"}
 EVAL_WALL_SECONDS = 600.0
@@ -72,10 +71,38 @@ class FrozenEvaluator:
                 "--checkpoint", str(checkpoint), "--split", split, "--out", str(out)]
         mounts = Mounts(read_only=[self.workspace, checkpoint], writable=[out_dir])
         result = self.sandbox.run(argv, cwd=out_dir, wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir),
-                                  mounts=mounts, log_prefix=f"eval_{split}_", guard=self.guard,
-                                  pristine=self.pristine_env, on_poll=lambda: faults.point("mid_evaluation"))
+                                  mounts=mounts, log_prefix=f"eval_{split}_",
+                                  on_poll=lambda: faults.point("mid_evaluation"))
+        result.violations += self.guard.repair(self.pristine_env)
         if not result.ok or not out.is_file():
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
-        data = json.loads(out.read_text())
-        return EvalResult(split, float(data["mean"]), float(data["stderr"]), int(data["n"]),
-                          float(data.get("format_rate", float("nan"))), float(data.get("seconds", result.wall_seconds)), out)
+        data = read_eval_output(out)
+        return EvalResult(split, data["mean"], data["stderr"], data["n"], data.get("format_rate", float("nan")),
+                          data.get("seconds", result.wall_seconds), out)
+
+
+def read_eval_output(path: Path) -> dict:
+    """The evaluator's JSON, checked against the template contract (docs/templates.md).
+
+    A break of the contract is the template's bug, not the checkpoint's: it stops the
+    session with a line naming the file and the fix, instead of a KeyError later.
+    """
+    def broken(what: str) -> ContractError:
+        return ContractError(f"env/evaluate.py broke the template contract: {what} in {path.name}; "
+                             "write mean, stderr, n and items with an id and correct each (docs/templates.md)")
+
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise broken(f"unreadable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise broken("not a JSON object")
+    for key in ("mean", "stderr", "n"):
+        if not isinstance(data.get(key), (int, float)) or isinstance(data.get(key), bool) or data[key] != data[key]:
+            raise broken(f"no numeric {key!r}")
+    items = data.get("items")
+    if not isinstance(items, list) or not all(isinstance(i, dict) and "id" in i and "correct" in i for i in items):
+        raise broken("'items' is not a list of objects with 'id' and 'correct'")
+    if len({str(i["id"]) for i in items}) != len(items):
+        raise broken("item ids are not unique")
+    return {**data, "mean": float(data["mean"]), "stderr": float(data["stderr"]), "n": int(data["n"])}

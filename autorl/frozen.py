@@ -69,6 +69,17 @@ class FrozenGuard:
                 target.chmod(0o444)
         self.check()
 
+    def repair(self, pristine: Path | None) -> list[str]:
+        """After a run: put back any changed file from ``pristine`` and say what the run did
+        (empty when nothing changed). Without a pristine copy the change stays and is named."""
+        changes = self.changes()
+        if not changes:
+            return []
+        if pristine is None:
+            return [f"frozen files changed: {', '.join(changes)} (not restored)"]
+        self.restore_from(pristine)
+        return [f"frozen files changed by the run: {', '.join(changes)} (restored from the template)"]
+
     def check(self, refused: str = "evaluation") -> None:
         changes = self.changes()
         if changes:

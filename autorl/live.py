@@ -9,8 +9,7 @@ from rich.text import Text
 
 from autorl.budget import Budget
 from autorl.observer import Observer
-from autorl.report import schedule_text
-from autorl.tree import Node, Status, Tree
+from search.tree import Node, Status, Tree, schedule_text
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow", "pending": "dim"}
 STATUS_SHORT = {"succeeded": "ok", "failed": "failed", "running": "running", "pending": "pending"}
@@ -48,9 +47,9 @@ def nodes_table(tree: Tree, title: str = "") -> Table:
 class LiveView(Observer):
     """Redraws a compact dashboard on every step; prints messages above it."""
 
-    def __init__(self, console: Console, budget: Budget | None = None):
+    def __init__(self, console: Console):
         self.console = console
-        self.budget = budget
+        self.budget: Budget | None = None
         self.tree: Tree | None = None
         self.current: Node | None = None
         self.last: dict = {}
@@ -80,8 +79,8 @@ class LiveView(Observer):
     def refresh(self) -> None:
         self.live.update(self.render(), refresh=True)
 
-    def session_started(self, name: str, tree: Tree) -> None:
-        self.tree = tree
+    def session_started(self, name: str, tree: Tree, budget: Budget) -> None:
+        self.tree, self.budget = tree, budget
         self.console.print(f"[bold]autorl[/] session [cyan]{name}[/]")
         self.live.start()
 

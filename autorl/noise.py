@@ -9,36 +9,23 @@ is a tie.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+
+from search.tree import Comparison
 
 Z = 2.0
 
 
-@dataclass(frozen=True)
-class Comparison:
-    delta: float
-    stderr: float
-    n: int
-    verdict: str  # "better" | "worse" | "tie"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def item_key(item: dict, index: int):
-    return (item["a"], item["b"]) if "a" in item and "b" in item else index
-
-
 def paired_comparison(child: list[dict], parent: list[dict], z: float = Z) -> Comparison | None:
-    """Compare per-item ``correct`` values on the items both were scored on.
+    """Compare per-item ``correct`` values on the items both were scored on, paired by
+    the ``id`` the evaluator writes for each item (the template contract).
 
-    >>> same = [{"correct": 1}, {"correct": 0}] * 50
+    >>> same = [{"id": str(i), "correct": i % 2} for i in range(100)]
     >>> paired_comparison(same, same).verdict
     'tie'
     """
-    parent_by_key = {item_key(item, i): item for i, item in enumerate(parent)}
-    diffs = [float(item["correct"]) - float(parent_by_key[key]["correct"])
-             for i, item in enumerate(child) if (key := item_key(item, i)) in parent_by_key]
+    parent_by_id = {item["id"]: item for item in parent}
+    diffs = [float(item["correct"]) - float(parent_by_id[item["id"]]["correct"])
+             for item in child if item["id"] in parent_by_id]
     n = len(diffs)
     if n < 2:
         return None

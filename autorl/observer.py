@@ -1,17 +1,26 @@
-"""Hooks the controller calls as a session runs; the CLI's live view implements them.
+"""Hooks the controller calls as a session runs; the live view and the TUI implement them.
 
 The default does nothing, so the library runs headless and tests need no terminal.
 """
 
 from __future__ import annotations
 
-from autorl.tree import Node, Tree
+from typing import TYPE_CHECKING
+
+from search.proposers import Proposal
+from search.tree import Node, Tree
+
+if TYPE_CHECKING:
+    from autorl.budget import Budget
 
 
 class Observer:
-    def session_started(self, name: str, tree: Tree) -> None: ...
+    def session_started(self, name: str, tree: Tree, budget: "Budget") -> None: ...
 
     def message(self, text: str) -> None: ...
+
+    def proposal_pending(self, proposal: Proposal, parent: Node | None) -> None:
+        """A proposal waits for a person's decision at the gate."""
 
     def stage_started(self, node: Node, tree: Tree) -> None: ...
 

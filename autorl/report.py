@@ -12,36 +12,13 @@ from typing import Any
 
 from autorl.errors import SessionError
 from autorl.lock import SessionLock
+from autorl.records import node_from_run
 from autorl.tracking import Tracker
 
 
-def _metric(run, key: str) -> float | None:
-    return run.data.metrics.get(key)
-
-
-def node_from_run(run) -> dict[str, Any]:
-    tags = run.data.tags
-    parent = tags.get("autorl.parent_node", "base")
-    return {
-        "id": tags.get("autorl.node_id"),
-        "parent": None if parent == "base" else parent,
-        "depth": int(tags.get("autorl.depth", 1)),
-        "status": tags.get("autorl.status"),
-        "reason": tags.get("autorl.reason", ""),
-        "val_score": _metric(run, "val_score"),
-        "val_stderr": _metric(run, "val_stderr"),
-        "test_score": _metric(run, "test_score"),
-        "train_reward": _metric(run, "train_reward"),
-        "steps": int(_metric(run, "steps") or 0),
-        "seconds": _metric(run, "stage_seconds"),
-        "hyperparameters": json.loads(tags.get("autorl.hyperparameters", "{}")),
-        "proposer": tags.get("autorl.proposer"),
-        "commit": tags.get("autorl.git_commit"),
-        "mlflow_run_id": run.info.run_id,
-        "mlflow_status": run.info.status,
-        "diagnosis": [name for name in tags.get("autorl.diagnosis", "").split(",") if name],
-        "verdict": tags.get("autorl.verdict") or None,
-    }
+def node_view(run) -> dict[str, Any]:
+    """A node as ``show --json`` prints it: the decoded record plus MLflow's own run status."""
+    return node_from_run(run).to_dict() | {"mlflow_status": run.info.status}
 
 
 def session_summary(run) -> dict[str, Any]:
@@ -96,7 +73,7 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
     if run is None:
         raise SessionError(f"no session named {name!r} in {tracker.uri}; `autorl ls` lists them")
     summary = session_summary(run)
-    nodes = [node_from_run(r) for r in tracker.node_runs(run.info.run_id)]
+    nodes = [node_view(r) for r in tracker.node_runs(run.info.run_id)]
     best_id = run.data.tags.get("autorl.best_node")
     scored = [n for n in nodes if n["val_score"] is not None]
     best = next((n for n in nodes if n["id"] == best_id), None) or (
@@ -115,16 +92,3 @@ def path_to(nodes: list[dict], node_id: str) -> list[str]:
         path.append(current)
         current = by_id[current]["parent"]
     return path[::-1]
-
-
-SHORT_NAMES = {"learning_rate": "lr", "temperature": "T", "num_generations": "G", "max_steps": "steps", "beta": "β"}
-
-
-def schedule_text(hyperparameters: dict[str, Any]) -> str:
-    """A compact one-line view of a stage's key hyperparameters, e.g. ``lr=5e-05 T=1 G=8 steps=20``."""
-    parts = []
-    for key, short in SHORT_NAMES.items():
-        if key in hyperparameters:
-            value = hyperparameters[key]
-            parts.append(f"{short}={value:.2g}" if isinstance(value, float) else f"{short}={value}")
-    return " ".join(parts)

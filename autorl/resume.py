@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
-from autorl import hpo
 from autorl import template as templates
+from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import SessionConfig
 from autorl.controller import Controller
@@ -25,53 +24,22 @@ from autorl.errors import SessionError
 from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
 from autorl.observer import Observer
-from autorl.sandbox import choose_sandbox
-from autorl.session import assemble, trial_limits
+from autorl.records import node_from_run
+from autorl.session import Stores, assemble, make_sandbox
 from autorl.tracking import Tracker
-from autorl.tree import Node, Status, Tree
 from autorl.workspace import Workspace
-
-TERMINAL = {"succeeded": Status.SUCCEEDED, "failed": Status.FAILED}
-
-
-def node_from_run(run, session_dir: Path) -> Node:
-    tags, metrics = run.data.tags, run.data.metrics
-    parent = tags.get("autorl.parent_node", "base")
-    finished = run.info.status in ("FINISHED", "FAILED") and tags.get("autorl.status") in TERMINAL
-    node = Node(
-        id=tags["autorl.node_id"], parent=None if parent == "base" else parent, depth=int(tags["autorl.depth"]),
-        hyperparameters=json.loads(tags.get("autorl.hyperparameters", "{}")), seed=int(tags["autorl.seed"]),
-        proposer=tags.get("autorl.proposer", ""), commit=tags.get("autorl.git_commit", ""),
-        status=TERMINAL[tags["autorl.status"]] if finished else Status.RUNNING,
-        reason=tags.get("autorl.reason", "") if finished else "",
-        val_score=metrics.get("val_score") if finished else None,
-        val_stderr=metrics.get("val_stderr") if finished else None,
-        test_score=metrics.get("test_score"), train_reward=metrics.get("train_reward"),
-        steps=int(metrics.get("steps", 0)), step_offset=int(tags.get("autorl.step_offset", 0)),
-        seconds=metrics.get("stage_seconds", 0.0), mlflow_run_id=run.info.run_id,
-    )
-    node.extra.update(rationale=tags.get("autorl.rationale", ""), expected_effect=tags.get("autorl.expected_effect", ""),
-                      edited=tags.get("autorl.edited") == "True", attempt=int(tags.get("autorl.attempt", 1)))
-    if tags.get("autorl.optuna_trial"):
-        node.extra["optuna_trial"] = int(tags["autorl.optuna_trial"])
-    if tags.get("autorl.kept") == "True":
-        node.extra["kept"] = True
-    diagnosis = session_dir / "nodes" / node.id / "diagnosis.json"
-    if finished and diagnosis.is_file():
-        saved = json.loads(diagnosis.read_text())
-        node.extra.update(diagnosis=saved.get("findings", []), comparison=saved.get("comparison"))
-    return node
+from search.tree import Tree
 
 
-def rebuild_tree(tracker: Tracker, session_run, session_dir: Path) -> Tree:
+def rebuild_tree(tracker: Tracker, session_run) -> Tree:
     metrics = session_run.data.metrics
     tree = Tree(base_score=metrics.get("base_score"), base_stderr=metrics.get("base_stderr"))
     for run in tracker.node_runs(session_run.info.run_id):
-        tree.add(node_from_run(run, session_dir))
+        tree.add(node_from_run(run))
     return tree
 
 
-def resume_session(name: str, tracker: Tracker, observer: Observer | None = None,
+def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = None, gate: Gate | None = None,
                    api_key: str | None = None) -> Controller | None:
     """A controller that continues session ``name``; None when it had already finished."""
     run = tracker.find_session(name)
@@ -89,25 +57,11 @@ def resume_session(name: str, tracker: Tracker, observer: Observer | None = None
     template = templates.load(run.data.tags["autorl.template_path"])
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
-    tree = rebuild_tree(tracker, run, config.session_dir)
+    tree = rebuild_tree(tracker, run)
     budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes))
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
-    controller = assemble(config, template, tracker, run.info.run_id, workspace, guard, choose_sandbox(config.sandbox, trial_limits(config)),
-                          lock, budget, observer, api_key, tree=tree)
-    restore_search_state(controller, run)
+    stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config), lock)
+    controller = assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key, tree=tree)
+    controller.parts.proposer.restore(tree, run.data.metrics)
     return controller
-
-
-def restore_search_state(controller: Controller, session_run) -> None:
-    proposer, tree = controller.parts.proposer, controller.tree
-    study = getattr(proposer, "study", None)
-    if study is not None:
-        owned = {n.extra["optuna_trial"] for n in tree.nodes.values() if "optuna_trial" in n.extra}
-        hpo.fail_orphan_trials(study, owned)
-    if hasattr(proposer, "restore"):
-        proposer.restore(tree)
-    client = getattr(proposer, "client", None)
-    if client is not None:
-        client.usage.restore(session_run.data.metrics)
-    controller.dropped_proposals = int(session_run.data.metrics.get("llm_dropped_proposals", 0))

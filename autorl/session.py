@@ -10,29 +10,31 @@ import json
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from functools import partial
 
-from autorl import hpo
+from autorl.approval import Gate
 from autorl.budget import Budget
-from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
-from autorl.context import ContextBuilder
-from autorl.llm import LLMClient, LLMSettings, ReplyCache, check_price
+from autorl.config import LLM_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
+from autorl.curves import curves_text, read_records, summarise_curves
 from autorl.errors import SessionError
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
-from autorl.observer import Observer
-from autorl.policy import BestFirstPolicy
-from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
-from autorl.proposers.llm import LLMProposer
 from autorl.lock import SessionLock
-from autorl.cgroups import Limits
-from autorl.sandbox import DEFAULT_LIMITS, Sandbox, choose_sandbox
-from autorl.tree import Tree
+from autorl.observer import Observer
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
+from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox
+from search import study as optuna_study
+from search.context import ContextBuilder
+from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
+from search.policy import BestFirstPolicy
+from search.proposers import (FlatTpeProposer, GreedyProposer, GridProposer, LLMProposer, Proposer,
+                              RandomScheduleProposer, TpeProposer)
+from search.tree import Tree
 
 
 def new_session_name(topic: str) -> str:
@@ -41,7 +43,8 @@ def new_session_name(topic: str) -> str:
 
 
 def make_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
-                  api_key: str | None, notify):
+                  api_key: str | None, notify, tracer=None) -> Proposer:
+    """The proposer for ``config.strategy``; its ``name`` is the strategy's name."""
     space, depth, seed = template.space, config.max_depth, config.seed
     if config.strategy == "grid":
         return GridProposer(space, depth, seed)
@@ -49,7 +52,7 @@ def make_proposer(config: SessionConfig, template: Template, workspace: Workspac
         return RandomScheduleProposer(space, depth, seed)
     if config.strategy == "greedy":
         return GreedyProposer(space, depth, seed)
-    study = hpo.open_study(config.runs_dir, config.name, seed)
+    study = optuna_study.open_study(config.runs_dir, config.name, seed)
     if config.strategy == "optuna":
         return FlatTpeProposer(space, depth, study, seed)
     if config.strategy == "tree":
@@ -58,23 +61,36 @@ def make_proposer(config: SessionConfig, template: Template, workspace: Workspac
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
         max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
     )
-    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"))
-    context = ContextBuilder(template.program, config.topic, template.space, config.session_dir)
+    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer)
+    nodes = config.session_dir / "nodes"
+    context = ContextBuilder(template.program, config.topic, template.space,
+                             curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))))
     return LLMProposer(
         template.space, client, context, study, workspace=workspace,
         max_depth=config.max_depth, hybrid=config.strategy == "hybrid", budget_text=budget.describe, notify=notify,
     )
 
 
+@dataclass
+class Stores:
+    """What a session has open before its controller exists: the same for a new and a resumed one."""
 
-def create_session(config: SessionConfig, template: Template, tracker: Tracker,
-                   observer: Observer | None = None, api_key: str | None = None) -> Controller:
+    tracker: Tracker
+    run_id: str
+    workspace: Workspace
+    guard: FrozenGuard
+    sandbox: Sandbox
+    lock: SessionLock
+
+
+def create_session(config: SessionConfig, template: Template, tracker: Tracker, *, observer: Observer | None = None,
+                   gate: Gate | None = None, api_key: str | None = None) -> Controller:
     tracker.ensure_store()
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None or config.session_dir.exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
-    sandbox = choose_sandbox(config.sandbox, trial_limits(config))
+    sandbox = make_sandbox(config)
     lock = SessionLock(config.session_dir).acquire()
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
@@ -96,40 +112,34 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker,
     )
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
-    return assemble(config, template, tracker, run_id, workspace, guard, sandbox, lock,
-                    Budget(config.stages, config.time_budget_s), observer, api_key)
+    stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
+    return assemble(config, template, stores, Budget(config.stages, config.time_budget_s),
+                    observer=observer, gate=gate, api_key=api_key)
 
 
 def trial_limits(config: SessionConfig) -> Limits:
     return Limits(memory_bytes=int(config.trial_memory_gb * 2**30), pids=DEFAULT_LIMITS.pids)
 
 
-def assemble(config: SessionConfig, template: Template, tracker: Tracker, run_id: str, workspace: Workspace,
-             guard: FrozenGuard, sandbox: Sandbox, lock: SessionLock, budget: Budget,
-             observer: Observer | None = None, api_key: str | None = None, tree: Tree | None = None) -> Controller:
+def make_sandbox(config: SessionConfig) -> Sandbox:
+    return choose_sandbox(config.sandbox, trial_limits(config))
+
+
+def assemble(config: SessionConfig, template: Template, stores: Stores, budget: Budget, *,
+             observer: Observer | None = None, gate: Gate | None = None, api_key: str | None = None,
+             tree: Tree | None = None) -> Controller:
     """The controller and its collaborators, for a new session or a resumed one."""
-    relay = MessageRelay()
+    observer = observer or Observer()
     pristine = template.path / "env"
+    proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,
+                             tracer=partial(stores.tracker.llm_span, stores.run_id, config.name))
     parts = Collaborators(
-        tracker=tracker,
-        workspace=workspace,
-        evaluator=FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=pristine),
-        runner=StageRunner(workspace.path, sandbox, guard, pristine_env=pristine),
-        proposer=make_proposer(config, template, workspace, budget, api_key, relay),
-        policy=BestFirstPolicy(config.max_depth, seed=config.seed) if config.strategy in TREE_STRATEGIES else None,
+        tracker=stores.tracker,
+        workspace=stores.workspace,
+        evaluator=FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine),
+        runner=StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine),
+        proposer=proposer,
+        policy=None if proposer.chooses_parent else BestFirstPolicy(config.max_depth, seed=config.seed),
     )
-    if isinstance(parts.proposer, LLMProposer):
-        parts.proposer.client.tracer = partial(tracker.llm_span, run_id, config.name)
-    controller = Controller(config, template, parts, run_id, observer, budget=budget, tree=tree, lock=lock)
-    relay.target = controller
-    return controller
-
-
-class MessageRelay:
-    """Forwards a proposer's notices to whatever observer the controller has by then."""
-
-    target = None
-
-    def __call__(self, text: str) -> None:
-        if self.target is not None:
-            self.target.observer.message(text)
+    return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
+                      tree=tree, lock=stores.lock)

@@ -8,13 +8,16 @@ files works through ``--template PATH``.
 
 from __future__ import annotations
 
+import ast
+import json
 import shutil
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import TemplateError
-from autorl.space import SearchSpace
+from search.errors import SpaceError
+from search.space import SearchSpace
 
 REQUIRED_FILES = (
     "train.py",
@@ -73,25 +76,73 @@ def resolve(name_or_path: str) -> Path:
 
 
 def load(name_or_path: str) -> Template:
+    """Load a template, checking every rule of the contract (docs/templates.md) that can be
+    checked without running it; each broken rule is one line naming the file and the fix."""
     path = resolve(name_or_path)
+    check_files(path)
+    constants = read_constants(path)
+    check_base_model(path, path / FROZEN_DIR / constants["model"]["base_model"])
+    return Template(name=path.name, path=path, constants=constants, space=read_space(path),
+                    program=(path / "program.md").read_text())
+
+
+def _broken(path: Path, what: str) -> TemplateError:
+    return TemplateError(f"template {path}: {what}")
+
+
+def check_files(path: Path) -> None:
     missing = [rel for rel in REQUIRED_FILES if not (path / rel).is_file()]
     if missing:
-        raise TemplateError(f"template {path} is missing {', '.join(missing)}")
+        raise _broken(path, f"missing {', '.join(missing)}; every template needs {', '.join(REQUIRED_FILES)}")
+    for rel in ("train.py", "env/task.py", "env/evaluate.py", "env/prepare.py"):
+        try:
+            ast.parse((path / rel).read_text(), filename=rel)
+        except SyntaxError as exc:
+            raise _broken(path, f"{rel} line {exc.lineno}: {exc.msg}; fix the Python syntax") from exc
+    if not (path / "program.md").read_text().strip():
+        raise _broken(path, "program.md is empty; write the research brief the proposers read")
+
+
+def read_constants(path: Path) -> dict:
+    fix = "it needs [model] base_model = \"folder under env/\" and [stage] wall_seconds = a positive number"
     try:
         constants = tomllib.loads((path / "env/constants.toml").read_text())
-        base_model = path / FROZEN_DIR / constants["model"]["base_model"]
-        float(constants["stage"]["wall_seconds"])
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise TemplateError(f"template {path}: env/constants.toml needs [model] base_model and [stage] wall_seconds ({exc})") from exc
-    if not (base_model / "config.json").is_file():
-        raise TemplateError(f"template {path}: base model {base_model} not found; build it with env/prepare.py")
-    return Template(
-        name=path.name,
-        path=path,
-        constants=constants,
-        space=SearchSpace.from_toml(path / "space.toml"),
-        program=(path / "program.md").read_text(),
-    )
+        base_model, wall = constants["model"]["base_model"], constants["stage"]["wall_seconds"]
+    except tomllib.TOMLDecodeError as exc:
+        raise _broken(path, f"env/constants.toml is not valid TOML ({exc}); {fix}") from exc
+    except (KeyError, TypeError) as exc:
+        raise _broken(path, f"env/constants.toml lacks {exc}; {fix}") from exc
+    if not isinstance(base_model, str) or not base_model.strip():
+        raise _broken(path, f"env/constants.toml: base_model must be a folder name; {fix}")
+    if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 < wall < float("inf"):
+        raise _broken(path, f"env/constants.toml: wall_seconds = {wall!r} is not a positive number; {fix}")
+    return constants
+
+
+def check_base_model(path: Path, base_model: Path) -> None:
+    config = base_model / "config.json"
+    if not config.is_file():
+        raise _broken(path, f"base model {base_model} not found (no config.json); build it with env/prepare.py")
+    try:
+        data = json.loads(config.read_text())
+    except ValueError as exc:
+        raise _broken(path, f"{config} is not valid JSON ({exc}); rebuild the base model with env/prepare.py") from exc
+    if not isinstance(data, dict) or "model_type" not in data:
+        raise _broken(path, f"{config} has no model_type; save the base model with save_pretrained")
+    if "auto_map" in data:
+        raise _broken(path, f"{config} asks for remote code (auto_map); autorl loads models without trust_remote_code")
+    if not any(base_model.glob("*.safetensors")):
+        raise _broken(path, f"base model {base_model} has no .safetensors weights; save it with safe_serialization")
+
+
+def read_space(path: Path) -> SearchSpace:
+    try:
+        space = SearchSpace.from_toml(path / "space.toml")
+    except SpaceError as exc:
+        raise _broken(path, f"space.toml: {str(exc).split(': ', 2)[-1]}") from exc
+    if not space.params:
+        raise _broken(path, "space.toml defines no hyperparameter; add at least one [name] table")
+    return space
 
 
 def copy_to(template: Template, dest: Path) -> None:

@@ -1,8 +1,9 @@
 """The interactive session view (Textual): watch the tree grow, and approve, reject or
 edit each proposal before it costs compute.
 
-The controller runs in a worker thread; a ``TuiObserver`` turns its hooks into
-messages posted to the app, which reacts on its own thread. Decisions go back through
+The controller runs in a worker thread. It is built with a ``TuiObserver`` as its
+observer; the app connects to that observer when it mounts, and from then on the
+controller's hooks arrive as messages on the app's thread. Decisions go back through
 the controller's ``Gate``. One factory, ``make_app``, serves the CLI and the tests.
 
 Keys: ``a`` approve, ``r`` reject with a reason, ``e`` edit the values, ``p``
@@ -25,13 +26,11 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
 
-from autorl.approval import Decision
 from autorl.controller import Controller
-from autorl.diagnose import findings_text
-from autorl.errors import ProposalError
 from autorl.observer import Observer
-from autorl.proposers.base import Proposal
-from autorl.tree import Node, Tree
+from search.errors import ProposalError
+from search.proposers import Proposal
+from search.tree import Decision, Node, Tree, findings_text
 
 CURVES = {"reward": "reward", "entropy": "entropy", "length": "completions/mean_length"}
 
@@ -67,16 +66,30 @@ class SessionEnded(Message):
 
 
 class TuiObserver(Observer):
-    """The controller's hooks, forwarded to the app's thread as messages."""
+    """The controller's hooks, forwarded to the app's thread as messages (held until
+    the app connects, so nothing the controller says before the first frame is lost)."""
 
-    def __init__(self, app: "SessionApp"):
+    def __init__(self):
+        self.app: SessionApp | None = None
+        self.held: list[Message] = []
+
+    def connect(self, app: "SessionApp") -> None:
         self.app = app
+        for message in self.held:
+            app.post_message(message)
+        self.held.clear()
 
     def post(self, message: Message) -> None:
-        self.app.call_from_thread(self.app.post_message, message)
+        if self.app is None:
+            self.held.append(message)
+        else:
+            self.app.call_from_thread(self.app.post_message, message)
 
-    def session_started(self, name: str, tree: Tree) -> None:
+    def session_started(self, name: str, tree: Tree, budget) -> None:
         self.post(TreeChanged(tree))
+
+    def proposal_pending(self, proposal: Proposal, parent: Node | None) -> None:
+        self.post(ProposalPending(proposal, parent))
 
     def message(self, text: str) -> None:
         self.post(Note(text))
@@ -120,8 +133,8 @@ def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str, p
         old = before.get(name, "—")
         changed = parent is not None and old != value
         table.add_row(name, _short(old), f"[bold yellow]{_short(value)}[/]" if changed else _short(value))
-    diagnosis = findings_text(parent.extra.get("diagnosis", [])) if parent else "base model: no diagnosis"
-    parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposal.proposer or proposer}",
+    diagnosis = findings_text(parent.diagnosis) if parent else "base model: no diagnosis"
+    parts = [f"[b]from {proposal.parent or 'base'}[/]  proposer: {proposer}",
              f"[i]{proposal.rationale or 'no rationale'}[/]", table, f"[b]parent's diagnosis[/]\n{diagnosis}"]
     if train_py_diff:
         parts.append(Syntax(train_py_diff, "diff", theme="ansi_dark", word_wrap=True))
@@ -150,9 +163,10 @@ class SessionApp(App):
         Binding("escape", "cancel_input", "cancel", show=False),
     ]
 
-    def __init__(self, controller: Controller, run_controller: bool = True):
+    def __init__(self, controller: Controller, observer: TuiObserver, run_controller: bool = True):
         super().__init__()
         self.controller = controller
+        self.observer = observer
         self.run_controller = run_controller
         self.pending: ProposalPending | None = None
         self.input_mode: str | None = None
@@ -180,9 +194,7 @@ class SessionApp(App):
         for widget in (self.query_one("#nodes"), self.query_one("#log"), self.query_one("#input")):
             widget.can_focus = False  # keys go to the app's bindings unless the input is open
         self.set_focus(None)
-        self.controller.observer = TuiObserver(self)
-        self.controller.gate.on_pending = lambda proposal, parent: self.call_from_thread(
-            self.post_message, ProposalPending(proposal, parent))
+        self.observer.connect(self)
         self.show_tree(self.controller.tree)
         if self.run_controller:
             self.run_session()
@@ -325,5 +337,8 @@ def _group(parts: list):
 
 
 def make_app(controller: Controller, run_controller: bool = True) -> SessionApp:
-    """The TUI for ``controller``; the CLI and the tests both build it here."""
-    return SessionApp(controller, run_controller)
+    """The TUI for ``controller``, which must have been built with a ``TuiObserver``;
+    the CLI and the tests both build it here."""
+    if not isinstance(controller.observer, TuiObserver):
+        raise TypeError("build the controller with observer=TuiObserver() to drive it from the TUI")
+    return SessionApp(controller, controller.observer, run_controller)

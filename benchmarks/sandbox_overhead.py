@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from autorl.cgroups import Limits
-from autorl.executor import scrubbed_env
-from autorl.sandbox import BwrapSandbox, Mounts, Sandbox, bwrap_works
+from sandbox.cgroups import Limits
+from sandbox.executor import scrubbed_env
+from sandbox.tiers import BwrapSandbox, Mounts, Sandbox, bwrap_works
 
 COMMANDS = {"empty python": "pass", "import torch, transformers, trl": "import torch, transformers, trl"}
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from autorl import template as templates
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
-from autorl.sandbox import choose_sandbox
+from sandbox.tiers import choose_sandbox
 from autorl.spec import TrialSpec
 from autorl.stage import StageRunner
 from autorl.workspace import Workspace

@@ -29,7 +29,7 @@ def names(records, comparison=None):
 
 
 def items(correct):
-    return [{"a": 100 + i, "b": 200, "correct": c} for i, c in enumerate(correct)]
+    return [{"id": f"{100 + i}+200", "correct": c} for i, c in enumerate(correct)]
 
 
 def test_healthy_run_raises_nothing():

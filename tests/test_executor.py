@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from autorl.executor import LocalExecutor, parse_footer, scrubbed_env
+from sandbox.executor import LocalExecutor, parse_footer, scrubbed_env
 
 
 def run(tmp_path, code, wall=10.0, **kwargs):

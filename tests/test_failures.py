@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import FrozenFileError
-from autorl.sandbox import bwrap_works
+from sandbox.tiers import bwrap_works
 from autorl.session import create_session
 from conftest import make_template, run_cli
 
@@ -66,8 +66,8 @@ def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on
 
 
 def test_a_trial_killed_by_the_oom_killer_fails_with_the_reason(tmp_path, runs_dir):
-    from autorl.sandbox import Sandbox
-    from autorl.cgroups import Limits
+    from sandbox.tiers import Sandbox
+    from sandbox.cgroups import Limits
 
     if Sandbox(Limits()).cgroups is None:
         pytest.skip("no writable cgroup on this machine")

@@ -9,13 +9,13 @@ import json
 
 import pytest
 
-from autorl import hpo
+from search import study as hpo
 from autorl import template as templates
-from autorl.context import ContextBuilder
-from autorl.llm import LLMClient, LLMSettings, ReplyCache
-from autorl.proposers.base import ProposalDropped
-from autorl.proposers.llm import LLMProposer, reply_schema
-from autorl.tree import Node, Status, Tree
+from search.context import ContextBuilder
+from search.llm import LLMClient, LLMSettings, ReplyCache
+from search.proposers.base import ProposalDropped
+from search.proposers.llm import LLMProposer, reply_schema
+from search.tree import Node, Status, Tree
 from autorl.workspace import Workspace
 from llm_server import Answer, LLMServer, ScriptedLLM
 
@@ -52,7 +52,7 @@ def make_proposer(tmp_path, workspace):
             LLMSettings(model="scripted", base_url=server.url, api_key="sk-test", timeout_s=1.0, max_retries=1, **settings),
             cache=ReplyCache(tmp_path / "replies.jsonl") if cache else None,
         )
-        context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, tmp_path / "session")
+        context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, curves=lambda node_id: "reward rising")
         study = hpo.open_study(tmp_path, "s", seed=0)
         proposer = LLMProposer(TEMPLATE.space, client, context, study, workspace=workspace, max_depth=3,
                                hybrid=hybrid, notify=notices.append)
@@ -128,7 +128,7 @@ def test_still_invalid_after_two_repairs_is_dropped_and_counted(make_proposer, t
 def test_rate_limit_then_success(make_proposer, tree):
     with serve(Answer(status=429, content="slow down"), reply()) as server:
         proposal = make_proposer(server).propose(tree, "n001")
-    assert proposal.proposer is None and len(server.llm.requests) == 2
+    assert not proposal.rationale.startswith("optuna fallback") and len(server.llm.requests) == 2
 
 
 @pytest.mark.parametrize("failure", [Answer(delay=3.0, content=reply()), Answer(status=500, content="boom")])
@@ -138,7 +138,7 @@ def test_timeouts_and_server_errors_fall_back_to_optuna(make_proposer, tree, fai
     with LLMServer(llm) as server:
         proposer = make_proposer(server)
         proposal = proposer.propose(tree, "n001")
-    assert proposal.proposer == "optuna" and proposal.rationale.startswith("fallback: LLM unavailable")
+    assert proposal.optuna_trial is not None and proposal.rationale.startswith("optuna fallback: LLM unavailable")
     assert any("proposing with optuna instead" in n for n in proposer.notices)
     assert len(llm.requests) == 2  # one attempt plus one retry
 
@@ -148,7 +148,7 @@ def test_token_budget_stops_asking(make_proposer, tree):
         proposer = make_proposer(server, max_tokens=100)
         proposer.propose(tree, "n001")  # spends 160 tokens (+ the probe)
         fallback = proposer.propose(tree, "n001")
-    assert fallback.proposer == "optuna" and "token budget spent" in fallback.rationale
+    assert fallback.optuna_trial is not None and "token budget spent" in fallback.rationale
     assert len(server.llm.requests) == 1
 
 
@@ -178,7 +178,7 @@ def test_hybrid_samples_inside_the_llm_ranges(make_proposer, tree):
     assert 0.7 <= proposal.hyperparameters["temperature"] <= 0.9
     assert proposal.optuna_trial is not None
     node = Node("n003", "n001", 2, proposal.hyperparameters, seed=3, proposer="hybrid", status=Status.SUCCEEDED,
-                val_score=0.65, val_stderr=0.01, extra={"optuna_trial": proposal.optuna_trial})
+                val_score=0.65, val_stderr=0.01, optuna_trial=proposal.optuna_trial)
     tree.add(node)
     proposer.observe(tree, node)
     assert proposer.study.trials[proposal.optuna_trial].value == pytest.approx(0.05)

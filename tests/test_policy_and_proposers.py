@@ -3,11 +3,11 @@
 import optuna
 import pytest
 
-from autorl import hpo
+from search import study as hpo
 from autorl import template as templates
-from autorl.policy import BestFirstPolicy
-from autorl.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
-from autorl.tree import Node, Status, Tree
+from search.policy import BestFirstPolicy
+from search.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
+from search.tree import Comparison, Finding, Node, Status, Tree
 
 
 def scored(tree, node_id, parent, score, depth=1):
@@ -57,9 +57,9 @@ def test_policy_starts_fresh_roots_until_min_roots():
 
 def test_diagnosis_keeps_the_policy_off_unhealthy_nodes():
     tree = sample_tree()
-    tree.nodes["n002"].extra["diagnosis"] = [{"name": "reward_collapse", "severity": "critical"}]
+    tree.nodes["n002"].diagnosis = [Finding("reward_collapse", "critical")]
     assert BestFirstPolicy(max_depth=3, exploration=0.0).select(tree) == "n001"
-    tree.nodes["n001"].extra["comparison"] = {"verdict": "worse"}
+    tree.nodes["n001"].comparison = Comparison(-0.1, 0.01, 100, "worse")
     assert BestFirstPolicy(max_depth=3, exploration=0.0).select(tree) == "n003"
 
 
@@ -127,8 +127,8 @@ def test_greedy_keeps_improvements_and_discards_the_rest():
     assert proposals[0].hyperparameters == space.defaults()
     assert [p.parent for p in proposals] == [None, "n001", "n001", "n001", "n001"]
     # n003 (0.7) is kept at depth 2 = the limit: its last stage is retried from n001; n005 beats it
-    assert tree.nodes["n003"].extra.get("kept") and not tree.nodes["n002"].extra.get("kept")
-    assert tree.nodes["n005"].extra.get("kept") and not tree.nodes["n004"].extra.get("kept")
+    assert tree.nodes["n003"].kept and not tree.nodes["n002"].kept
+    assert tree.nodes["n005"].kept and not tree.nodes["n004"].kept
 
 
 def test_tpe_tells_gain_over_parent_and_survives_reopen(tmp_path):
@@ -139,10 +139,10 @@ def test_tpe_tells_gain_over_parent_and_survives_reopen(tmp_path):
     proposal = proposer.propose(tree, None)
     assert proposal.hyperparameters == space.defaults()  # the enqueued reference
     node = scored(tree, "n001", None, 0.62)
-    node.extra["optuna_trial"] = proposal.optuna_trial
+    node.optuna_trial = proposal.optuna_trial
     proposer.observe(tree, node)
     failed = Node("n002", "n001", 2, {}, seed=0, proposer="optuna", status=Status.FAILED)
-    failed.extra["optuna_trial"] = proposer.propose(tree, "n001").optuna_trial
+    failed.optuna_trial = proposer.propose(tree, "n001").optuna_trial
     tree.add(failed)
     proposer.observe(tree, failed)
 

@@ -18,7 +18,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autorl import hpo
+from search import study as hpo
 from autorl.config import prepare_runs_dir
 from autorl.tracking import Tracker
 from conftest import AUTORL, REPO, make_template, run_cli

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from autorl.cgroups import Limits
-from autorl.executor import scrubbed_env
+from sandbox.cgroups import Limits
+from sandbox.executor import scrubbed_env
 from autorl.frozen import FrozenGuard
-from autorl.sandbox import BwrapSandbox, Mounts, Sandbox, bwrap_works, choose_sandbox
+from sandbox.tiers import BwrapSandbox, Mounts, Sandbox, bwrap_works, choose_sandbox
 
 BWRAP, WHY_NOT = bwrap_works()
 TIERS = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=WHY_NOT)), "none"]

@@ -6,7 +6,7 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
-from autorl.sandbox import bwrap_works
+from sandbox.tiers import bwrap_works
 from conftest import make_template, run_cli
 
 
@@ -35,7 +35,7 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     session = client.get_run(data["mlflow_run_id"])
     assert session.info.status == "FINISHED"
-    assert session.data.tags["autorl.sandbox"] == ("bwrap" if bwrap_works()[0] else "none")  # GRPO trains inside it
+    assert session.data.tags["sandbox.tiers"] == ("bwrap" if bwrap_works()[0] else "none")  # GRPO trains inside it
     assert session.data.metrics["base_score"] == data["base_score"]
     assert session.data.metrics["best_test_score"] == best["test_score"]
     for node in nodes:
@@ -48,7 +48,7 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"spec.json", "metrics.jsonl", "stdout.log", "eval_validation.json", "train_py.diff",
                 "diagnosis.json", "curves.png"} <= artifacts
-        assert node["verdict"] in ("better", "worse", "tie")
+        assert node["comparison"]["verdict"] in ("better", "worse", "tie")
     # A child's steps continue its parent's on the global step axis.
     for node in nodes:
         steps = sorted(m.step for m in client.get_metric_history(node["mlflow_run_id"], "reward"))

@@ -3,8 +3,8 @@ import random
 import pytest
 
 from autorl import template as templates
-from autorl.errors import ProposalError, TemplateError
-from autorl.space import SearchSpace
+from search.errors import ProposalError, SpaceError
+from search.space import SearchSpace
 
 
 @pytest.fixture
@@ -51,5 +51,5 @@ def test_unknown_and_missing_names(space):
 def test_invalid_space_file(tmp_path):
     path = tmp_path / "space.toml"
     path.write_text('[lr]\ntype = "float"\nlow = 1\nhigh = 0\ndefault = 0.5\n')
-    with pytest.raises(TemplateError, match="low < high"):
+    with pytest.raises(SpaceError, match=r"\[lr\] lr: needs numeric low < high"):
         SearchSpace.from_toml(path)

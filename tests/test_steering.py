@@ -2,12 +2,12 @@
 
 import optuna
 
-from autorl import hpo
+from search import study as hpo
 from autorl import template as templates
-from autorl.novelty import duplicate_of, near_duplicate
-from autorl.proposers import TpeProposer
-from autorl.steering import steered_space
-from autorl.tree import Node, Status, Tree
+from search.novelty import duplicate_of, near_duplicate
+from search.proposers import TpeProposer
+from search.steering import steered_space
+from search.tree import Comparison, Finding, Node, Status, Tree
 
 SPACE = templates.load("arith").space
 
@@ -16,14 +16,14 @@ def parent_tree(findings, **values):
     tree = Tree(base_score=0.5, base_stderr=0.016)
     node = Node("n001", None, 1, SPACE.defaults() | values, seed=0, proposer="t", commit="c1",
                 status=Status.SUCCEEDED, val_score=0.6, val_stderr=0.016)
-    node.extra["diagnosis"] = [{"name": name, "severity": "warning"} for name in findings]
+    node.diagnosis = [Finding(name, "warning") for name in findings]
     tree.add(node)
     return tree
 
 
 def test_findings_become_directions_on_the_parents_values():
-    ranges, fixed, applied = steered_space(SPACE, SPACE.defaults(), [{"name": "entropy_collapse"},
-                                                                     {"name": "zero_variance_groups"}])
+    ranges, fixed, applied = steered_space(SPACE, SPACE.defaults(), [Finding("entropy_collapse", "warning"),
+                                                                     Finding("zero_variance_groups", "warning")])
     assert ranges["temperature"] == (1.0, 1.5) and ranges["learning_rate"] == (1e-5, 5e-5)
     assert fixed == {"num_generations": 16}
     assert applied == {"temperature": "up", "learning_rate": "down", "num_generations": "up"}
@@ -31,7 +31,7 @@ def test_findings_become_directions_on_the_parents_values():
 
 def test_a_parameter_at_its_bound_is_not_steered():
     _, fixed, applied = steered_space(SPACE, SPACE.defaults() | {"num_generations": 16},
-                                      [{"name": "zero_variance_groups"}])
+                                      [Finding("zero_variance_groups", "warning")])
     assert "num_generations" not in fixed and "num_generations" not in applied
 
 

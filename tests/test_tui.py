@@ -15,7 +15,7 @@ from autorl import template as templates
 from autorl.approval import Gate
 from autorl.config import make_config
 from autorl.session import create_session
-from autorl.tui import make_app
+from autorl.tui import TuiObserver, make_app
 from conftest import AUTORL, REPO, make_template, run_cli
 
 
@@ -33,9 +33,7 @@ def fast_template(tmp_path_factory):
 def session(fast_template, runs_dir, tracker, name="tui", stages=2, mode="all"):
     config = make_config(name=name, topic="t", template=str(fast_template.path), stages=stages, runs_dir=runs_dir,
                          tracking_uri=tracker.uri)
-    controller = create_session(config, fast_template, tracker)
-    controller.gate = Gate(mode, decided_by="tester")
-    return controller
+    return create_session(config, fast_template, tracker, observer=TuiObserver(), gate=Gate(mode, decided_by="tester"))
 
 
 async def until(pilot, condition, timeout=90.0):

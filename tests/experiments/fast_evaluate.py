@@ -20,7 +20,7 @@ args = parser.parse_args()
 key = "/".join(args.checkpoint.resolve().parts[-2:]) + ":" + args.split
 rng = random.Random(hashlib.sha256(key.encode()).hexdigest())
 level = 0.4 + 0.3 * rng.random()
-items = [{"a": i, "b": 0, "correct": int(rng.random() < level), "formatted": 1} for i in range(400)]
+items = [{"id": str(i), "correct": int(rng.random() < level), "formatted": 1} for i in range(400)]
 mean = sum(item["correct"] for item in items) / len(items)
 stderr = math.sqrt(mean * (1 - mean) / len(items))
 args.out.write_text(json.dumps({"split": args.split, "n": len(items), "mean": mean, "stderr": stderr,

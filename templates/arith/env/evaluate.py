@@ -67,6 +67,7 @@ def score(texts: list[str], problems: list[dict]) -> dict:
         predicted = task.extract_answer(text)
         items.append(
             {
+                "id": f"{problem['a']}+{problem['b']}",
                 "a": problem["a"],
                 "b": problem["b"],
                 "answer": problem["answer"],

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import optuna
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from autorl.errors import ProposalError, TemplateError
+from search.errors import ProposalError, SpaceError
 
 
 class Param(BaseModel):
@@ -88,6 +88,26 @@ class Param(BaseModel):
         return rng.uniform(self.low, self.high)
 
 
+def field_error(error: dict) -> str:
+    """A pydantic error as ``field: message`` (just the message for a whole-table check)."""
+    field = ".".join(map(str, error["loc"]))
+    message = error["msg"].removeprefix("Value error, ")
+    return f"{field}: {message}" if field else message
+
+
+def param_from_table(path: Path, name: str, fields: Any) -> Param:
+    """One ``[name]`` table of space.toml as a Param; errors name the parameter and the field."""
+    if not isinstance(fields, dict):
+        raise SpaceError(f"{path}: invalid search space: [{name}] must be a table of type, low, high, default, …")
+    try:
+        return Param(name=name, **fields)
+    except ValidationError as exc:
+        details = "; ".join(field_error(e) for e in exc.errors(include_url=False))
+        raise SpaceError(f"{path}: invalid search space: [{name}] {details}") from exc
+    except TypeError as exc:  # e.g. a string default compared with numeric bounds
+        raise SpaceError(f"{path}: invalid search space: [{name}] low, high and default must be numbers ({exc})") from exc
+
+
 class SearchSpace:
     """An ordered set of Params loaded from ``space.toml``."""
 
@@ -98,9 +118,9 @@ class SearchSpace:
     def from_toml(cls, path: Path) -> "SearchSpace":
         try:
             raw = tomllib.loads(path.read_text())
-            return cls([Param(name=name, **fields) for name, fields in raw.items()])
-        except (tomllib.TOMLDecodeError, ValidationError, TypeError) as exc:
-            raise TemplateError(f"{path}: invalid search space: {exc}") from exc
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise SpaceError(f"{path}: invalid search space: {exc}") from exc
+        return cls([param_from_table(path, name, fields) for name, fields in raw.items()])
 
     def defaults(self) -> dict[str, Any]:
         return {name: param.default for name, param in self.params.items()}

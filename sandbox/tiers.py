@@ -16,6 +16,10 @@ a parent-death signal, a UID drop when root and the interpreter is readable by
 others, and the frozen-file hash check after every run (restore and flag). The network,
 host unix sockets and files readable by the controller's user stay open to the trial.
 
+Integrity of the frozen files (hashing, restoring) is the caller's policy, not this
+layer's: under bubblewrap they are read-only mounts, in the fallback tier the caller
+must check them after each run.
+
 Both tiers: a per-trial cgroup where one can be created (memory, CPU, process-count
 limits; peak memory; OOM detection; killing every process left behind), a wall-clock
 kill, and a sweep for escaped children. Neither tier limits disk space or hides the CPU
@@ -36,10 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autorl.cgroups import Limits, TrialCgroup, detect as detect_cgroups
-from autorl.errors import ConfigError
-from autorl.executor import LocalExecutor, RunResult
-from autorl.frozen import FrozenGuard
+from sandbox.cgroups import Limits, TrialCgroup, detect as detect_cgroups
+from sandbox.executor import LocalExecutor, RunResult
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 NOBODY = 65534
@@ -69,6 +71,10 @@ def readable_by_others(path: Path) -> bool:
         if not ancestor.stat().st_mode & stat.S_IXOTH:
             return False
     return bool(path.stat().st_mode & stat.S_IROTH)
+
+
+class SandboxError(Exception):
+    """A tier that was asked for cannot run on this machine; the message says why."""
 
 
 class Sandbox:
@@ -111,11 +117,8 @@ class Sandbox:
         return argv
 
     def run(self, argv: list[str], cwd: Path, wall_seconds: float, env: dict[str, str], mounts: Mounts,
-            log_prefix: str = "", on_poll: Callable[[], None] | None = None,
-            guard: FrozenGuard | None = None, pristine: Path | None = None) -> RunResult:
-        """Run ``argv`` under this tier; after it, sweep strays and check the frozen files."""
-        if guard is not None:  # a change from before this run is not the run's doing: stop, do not blame it
-            guard.check(refused="launch")
+            log_prefix: str = "", on_poll: Callable[[], None] | None = None) -> RunResult:
+        """Run ``argv`` under this tier, then kill whatever it left running."""
         cgroup = TrialCgroup.create(f"trial-{uuid.uuid4().hex[:12]}", self.limits) if self.cgroups else None
         if self.drop_uid and self.tier == "none":
             for path in mounts.writable:
@@ -132,8 +135,6 @@ class Sandbox:
         finally:
             if cgroup:
                 cgroup.remove()
-        if guard is not None:
-            result.violations += restore_frozen(guard, pristine)
         return result
 
     def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
@@ -199,17 +200,6 @@ class BwrapSandbox(Sandbox):
         return args + ["--", *argv]
 
 
-def restore_frozen(guard: FrozenGuard, pristine: Path | None) -> list[str]:
-    """Check the frozen files after a run; put back any changed file and say what happened."""
-    changes = guard.changes()
-    if not changes:
-        return []
-    if pristine is None:
-        return [f"frozen files changed: {', '.join(changes)} (not restored)"]
-    guard.restore_from(pristine)
-    return [f"frozen files changed by the run: {', '.join(changes)} (restored from the template)"]
-
-
 def sweep_orphans() -> int:
     """Kill and reap processes that were re-parented to us (we are a subreaper in tier D)."""
     me, killed = os.getpid(), 0
@@ -248,14 +238,14 @@ def choose_sandbox(kind: str = "auto", limits: Limits = DEFAULT_LIMITS, gpus: st
                    notify: Callable[[str], None] | None = None) -> Sandbox:
     """The strongest tier that works (``auto``), or the one asked for; probed once per call."""
     if kind not in SANDBOX_KINDS:
-        raise ConfigError(f"unknown sandbox {kind!r}; choose one of {', '.join(SANDBOX_KINDS)}")
+        raise SandboxError(f"unknown sandbox {kind!r}; choose one of {', '.join(SANDBOX_KINDS)}")
     if kind == "none":
         return Sandbox(limits, gpus)
     works, why = bwrap_works()
     if works:
         return BwrapSandbox(limits, gpus)
     if kind == "bwrap":
-        raise ConfigError(f"--sandbox bwrap: {why}")
+        raise SandboxError(f"--sandbox bwrap: {why}")
     if notify:
         notify(f"WARNING: {why}; trials run WITHOUT isolation (tier D): network, host sockets and files are open")
     return Sandbox(limits, gpus)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from autorl.space import Param, SearchSpace
+from search.space import Param, SearchSpace
+from search.tree import Finding
 
 # finding name -> {parameter: "up" | "down"}
 RULES: dict[str, dict[str, str]] = {
@@ -28,15 +29,15 @@ RULES: dict[str, dict[str, str]] = {
 }
 
 
-def directions(findings: list[dict]) -> dict[str, str]:
+def directions(findings: list[Finding]) -> dict[str, str]:
     """Parameter directions from a node's findings; the most severe finding wins a conflict.
 
-    >>> directions([{"name": "kl_blowup"}, {"name": "reward_plateau"}])
+    >>> directions([Finding("kl_blowup", "warning"), Finding("reward_plateau", "info")])
     {'learning_rate': 'down', 'beta': 'up', 'max_steps': 'up'}
     """
     steer: dict[str, str] = {}
     for finding in findings:  # findings come most severe first
-        for name, direction in RULES.get(finding.get("name", ""), {}).items():
+        for name, direction in RULES.get(finding.name, {}).items():
             steer.setdefault(name, direction)
     return steer
 
@@ -56,7 +57,7 @@ def next_choice(param: Param, value: Any, direction: str) -> Any | None:
     return param.choices[index] if 0 <= index < len(param.choices) else None
 
 
-def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: list[dict]
+def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: list[Finding]
                   ) -> tuple[dict[str, tuple[float, float]], dict[str, Any], dict[str, str]]:
     """Numeric ranges and fixed categorical values for a child of a diagnosed parent.
 

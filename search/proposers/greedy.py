@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import random
 
-from autorl.proposers.base import Proposal
-from autorl.space import SearchSpace
-from autorl.tree import Node, Tree
+from search.proposers.base import BaseProposer, Proposal
+from search.space import SearchSpace
+from search.tree import Node, Tree
 
 
-class GreedyProposer:
+class GreedyProposer(BaseProposer):
     name = "greedy"
     chooses_parent = True
 
@@ -37,10 +37,10 @@ class GreedyProposer:
             rng = random.Random(f"greedy:{self.seed}:{len(tree.nodes)}")
             values = self.space.mutate(values, rng, changes=rng.randint(1, 2))
         action = "retry the last stage of" if incumbent is not None and start != incumbent.id else "extend"
-        return Proposal(parent=start, hyperparameters=values, proposer=self.name,
+        return Proposal(parent=start, hyperparameters=values,
                         rationale=f"{action} the incumbent {self.incumbent or 'base'} with a mutation")
 
-    def restore(self, tree: Tree) -> None:
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the incumbent from a tree read back after a stop."""
         self.incumbent = None
         for node in tree.nodes.values():
@@ -50,4 +50,4 @@ class GreedyProposer:
         best = tree.score_of(self.incumbent)
         if node.scored and (best is None or node.val_score > best):
             self.incumbent = node.id
-            node.extra["kept"] = True
+            node.kept = True

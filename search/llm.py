@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autorl.errors import ConfigError
+from search.errors import LLMSetupError
 
 PRICES_FILE = Path(__file__).with_name("llm_prices.toml")
 
@@ -48,7 +48,7 @@ def read_api_key(key_file: Path | None) -> str | None:
         try:
             return key_file.expanduser().read_text().strip()
         except OSError as exc:
-            raise ConfigError(f"cannot read API key file {key_file}: {exc.strerror}") from exc
+            raise LLMSetupError(f"cannot read API key file {key_file}: {exc.strerror}") from exc
     return os.environ.get("OPENAI_API_KEY")
 
 
@@ -59,7 +59,7 @@ def load_prices(path: Path = PRICES_FILE) -> dict[str, dict[str, float]]:
 def check_price(model: str, max_cost: float | None, prices: dict | None = None) -> None:
     """A cost cap needs a known price; refuse at start rather than overspend."""
     if max_cost is not None and model not in (load_prices() if prices is None else prices):
-        raise ConfigError(
+        raise LLMSetupError(
             f"--max-llm-cost needs a price for model {model!r}; add it to {PRICES_FILE} or cap tokens with --max-llm-tokens"
         )
 
@@ -118,7 +118,10 @@ class ReplyCache:
 
 
 class LLMClient:
-    def __init__(self, settings: LLMSettings, cache: ReplyCache | None = None, prices: dict | None = None):
+    def __init__(self, settings: LLMSettings, cache: ReplyCache | None = None, prices: dict | None = None,
+                 tracer=None):
+        """``tracer(name)`` is a context manager yielding a span with set_inputs/set_outputs/
+        set_attributes (the application passes MLflow tracing); by default nothing is traced."""
         from openai import OpenAI
 
         self.settings = settings
@@ -133,8 +136,7 @@ class LLMClient:
             max_retries=settings.max_retries,
         )
         self.structured: bool | None = None
-        # name -> context manager yielding a span with set_inputs/set_outputs/set_attributes (MLflow tracing)
-        self.tracer = lambda name: contextlib.nullcontext(_NoSpan())
+        self.tracer = tracer or (lambda name: contextlib.nullcontext(_NoSpan()))
 
     # -- budget -----------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """What the LLM sees: the brief, the space, a compact tree, the parent's curves and code.
 
-Prompts are files in ``autorl/prompts/``; this module only fills them in and keeps the
+Prompts are files in ``search/prompts/``; this module only fills them in and keeps the
 result within a token budget (about 4 characters a token), dropping the least useful
 parts first: older failures, then lower-ranked nodes, then the middle of train.py.
 """
@@ -9,12 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from string import Template as Text
+from typing import Callable
 
-from autorl.curves import curves_text, read_records, summarise_curves
-from autorl.diagnose import findings_text
-from autorl.report import schedule_text
-from autorl.space import SearchSpace
-from autorl.tree import Node, Status, Tree
+from search.space import SearchSpace
+from search.tree import Node, Status, Tree, findings_text, schedule_text
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -36,7 +34,7 @@ def node_line(tree: Tree, node: Node) -> str:
     parent_score = tree.score_of(node.parent)
     gain = "" if node.val_score is None or parent_score is None else f" ({node.val_score - parent_score:+.3f} vs parent)"
     score = f"val {node.val_score:.3f} ± {node.val_stderr:.3f}{gain}" if node.scored else f"{node.status.value}"
-    edited = " [edited train.py]" if node.extra.get("edited") else ""
+    edited = " [edited train.py]" if node.edited else ""
     return f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}; {schedule_text(node.hyperparameters)}{edited}"
 
 
@@ -54,28 +52,32 @@ def tree_text(tree: Tree, top: int = 8, failures: int = 5) -> str:
 
 
 class ContextBuilder:
-    def __init__(self, program: str, topic: str, space: SearchSpace, session_dir: Path, max_tokens: int = 6000):
+    """Fills the prompts; ``curves`` gives a stage's curve summary by node id (the
+    application reads it from the node's metrics, so the search never opens files)."""
+
+    def __init__(self, program: str, topic: str, space: SearchSpace, curves: Callable[[str], str],
+                 max_tokens: int = 6000):
         self.program = program
         self.topic = topic
         self.space = space
-        self.session_dir = session_dir
+        self.curves = curves
         self.max_tokens = max_tokens
 
     def parent_curves(self, parent: str | None) -> str:
         if parent is None:
             return "(the base model has no training curves)"
-        return curves_text(summarise_curves(read_records(self.session_dir / "nodes" / parent / "metrics.jsonl")))
+        return self.curves(parent)
 
     @staticmethod
     def parent_diagnosis(tree: Tree, parent: str | None) -> str:
         if parent is None:
             return "(base model)"
         node = tree.nodes[parent]
-        text = findings_text(node.extra.get("diagnosis", []))
-        comparison = node.extra.get("comparison")
+        text = findings_text(node.diagnosis)
+        comparison = node.comparison
         if comparison:
-            text += (f"\nAgainst its own parent (paired, same items): {comparison['delta']:+.3f} ± "
-                     f"{comparison['stderr']:.3f} → {comparison['verdict']}")
+            text += (f"\nAgainst its own parent (paired, same items): {comparison.delta:+.3f} ± "
+                     f"{comparison.stderr:.3f} → {comparison.verdict}")
         return text
 
     def messages(self, tree: Tree, suggested: str | None, expandable: list[str | None], train_py: str,

@@ -37,9 +37,16 @@ def reseed(study: optuna.Study, seed: int, *keys: int) -> None:
     study.sampler = optuna.samplers.TPESampler(seed=mixed, n_startup_trials=N_STARTUP_TRIALS)
 
 
-def fail_orphan_trials(study: optuna.Study, known: set[int]) -> list[int]:
-    """Fail trials left RUNNING by a killed controller that no node owns, and enqueue
-    their values again so the next ask proposes the same stage."""
+def fail_trial(study: optuna.Study, number: int | None) -> None:
+    """Fail a trial whose values will not run as sampled (rejected, edited); a no-op for None."""
+    if number is not None:
+        study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+
+
+def fail_orphan_trials(study: optuna.Study, tree) -> list[int]:
+    """Fail trials left RUNNING by a killed controller that no node of ``tree`` owns, and
+    enqueue their values again so the next ask proposes the same stage."""
+    known = {n.optuna_trial for n in tree.nodes.values() if n.optuna_trial is not None}
     orphans = [t for t in study.trials if t.state == TrialState.RUNNING and t.number not in known
                and "schedule" not in t.user_attrs]
     for trial in orphans:
@@ -55,7 +62,7 @@ def record_node(study: optuna.Study, space, tree, node) -> None:
     over the full space, so TPE learns from every stage the session ran.
     """
     gain = node.val_score - (tree.score_of(node.parent) or 0.0) if node.scored else None
-    number = node.extra.get("optuna_trial")
+    number = node.optuna_trial
     if number is not None:
         if gain is None:
             study.tell(number, state=TrialState.FAIL, skip_if_finished=True)

@@ -21,13 +21,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autorl.hpo import reseed
-from autorl.proposers.base import Proposal
-from autorl.space import Param, SearchSpace
-from autorl.tree import Node, Tree
+from search.proposers.base import BaseProposer, Proposal
+from search.study import fail_trial, reseed
+from search.space import Param, SearchSpace
+from search.tree import Node, Tree
 
 
-class ScheduleProposer(ABC):
+class ScheduleProposer(BaseProposer, ABC):
     """Runs schedules one at a time; subclasses say how the ``index``-th one is drawn.
 
     Each draw depends only on the seed and the schedule's index, so a resumed session
@@ -67,7 +67,7 @@ class ScheduleProposer(ABC):
             self.length = len(self.pending)
         stage = self.length - len(self.pending) + 1
         values = self.space.check(self.pending.pop(0))
-        return Proposal(parent=self.tip, hyperparameters=values, proposer=self.name,
+        return Proposal(parent=self.tip, hyperparameters=values,
                         rationale=f"schedule {self.count}, stage {stage} of {self.length}",
                         optuna_trial=self.trial_number())
 
@@ -81,7 +81,7 @@ class ScheduleProposer(ABC):
         self.pending = []
         self.finished(tree, node)
 
-    def restore(self, tree: Tree) -> None:
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the schedule in progress from a tree read back after a stop."""
         roots = tree.children(None)
         self.count = len(roots)
@@ -130,7 +130,7 @@ def suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
 
 
 class FlatTpeProposer(ScheduleProposer):
-    name = "optuna-flat"
+    name = "optuna"
 
     def __init__(self, space: SearchSpace, max_depth: int, study: optuna.Study, seed: int = 0):
         super().__init__(space, max_depth, seed)
@@ -156,6 +156,9 @@ class FlatTpeProposer(ScheduleProposer):
 
     def trial_number(self) -> int | None:
         return self.trial
+
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        fail_trial(self.study, proposal.optuna_trial)  # the schedule's trial: it no longer runs as drawn
 
     def schedule_of(self, index: int) -> list[dict[str, Any]] | None:
         return self.draw(index) if self.running_trial(index) is not None else None

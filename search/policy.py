@@ -25,16 +25,7 @@ from __future__ import annotations
 import math
 import random
 
-from autorl.tree import Node, Tree
-
-DEFAULT_STDERR = 0.016  # the arith template's validation error; used before any score is known
-
-
-def healthy(node: Node) -> bool:
-    """False when diagnosis says the node should not be extended."""
-    comparison = node.extra.get("comparison") or {}
-    critical = any(f.get("severity") == "critical" for f in node.extra.get("diagnosis", []))
-    return comparison.get("verdict") != "worse" and not critical
+from search.tree import Tree
 
 
 class BestFirstPolicy:
@@ -46,11 +37,11 @@ class BestFirstPolicy:
 
     def candidates(self, tree: Tree) -> list[str | None]:
         """The base model (None) and every scored, healthy node that may get another stage."""
-        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and healthy(n)]
+        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy]
 
     def value(self, tree: Tree, node_id: str | None) -> float:
         visits = len(tree.children(node_id))
-        stderr = tree.stderr_of(node_id) or DEFAULT_STDERR
+        stderr = tree.stderr_of(node_id) or tree.typical_stderr()
         bonus = self.exploration * stderr * math.sqrt(math.log(len(tree.nodes) + 1) / (visits + 1))
         return (tree.score_of(node_id) or 0.0) + bonus
 

@@ -19,18 +19,18 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autorl.hpo import record_node, reseed
-from autorl.novelty import duplicate_of
-from autorl.proposers.base import Proposal
-from autorl.space import SearchSpace
-from autorl.steering import steered_space
-from autorl.tree import Node, Tree
+from search.novelty import duplicate_of
+from search.proposers.base import BaseProposer, Proposal
+from search.study import fail_orphan_trials, fail_trial, record_node, reseed
+from search.space import SearchSpace
+from search.steering import steered_space
+from search.tree import Node, Tree
 
 MAX_RESAMPLES = 3
 
 
-class TpeProposer:
-    name = "optuna"
+class TpeProposer(BaseProposer):
+    name = "tree"
 
     def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
                  steer: bool = True, seed: int = 0):
@@ -44,7 +44,7 @@ class TpeProposer:
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
         node = tree.nodes.get(parent) if parent else None
-        findings = node.extra.get("diagnosis", []) if node and self.steer else []
+        findings = node.diagnosis if node and self.steer else []
         ranges, fixed, applied = steered_space(self.space, node.hyperparameters if node else {}, findings)
         commit = node.commit if node else None
         notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
@@ -59,7 +59,7 @@ class TpeProposer:
             self.study.tell(trial.number, state=TrialState.FAIL)
             notes.append(f"resampled a near-duplicate of {twin}")
         values = self.uniform(ranges, fixed, tree)
-        return Proposal(parent=parent, hyperparameters=values, proposer="random",
+        return Proposal(parent=parent, hyperparameters=values,
                         rationale="; ".join(["uniform draw: TPE kept repeating earlier siblings", *notes]))
 
     def ask(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree,
@@ -84,3 +84,9 @@ class TpeProposer:
 
     def observe(self, tree: Tree, node: Node) -> None:
         record_node(self.study, self.space, tree, node)
+
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        fail_trial(self.study, proposal.optuna_trial)
+
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
+        fail_orphan_trials(self.study, tree)

@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from autorl.context import ContextBuilder, prompt
-from autorl.edits import EditBlock, apply_edit
-from autorl.errors import ProposalError
-from autorl.hpo import record_node, reseed
-from autorl.llm import LLMClient, LLMUnavailable
-from autorl.proposers.base import Proposal, ProposalDropped
-from autorl.proposers.tpe import TpeProposer
-from autorl.space import SearchSpace
-from autorl.tree import Node, Tree
-from autorl.workspace import Workspace
+from search.context import ContextBuilder, prompt
+from search.edits import EditBlock, apply_edit
+from search.errors import ProposalError
+from search.llm import LLMClient, LLMUnavailable
+from search.proposers.base import Proposal, ProposalDropped
+from search.proposers.tpe import TpeProposer
+from search.space import SearchSpace
+from search.study import fail_orphan_trials, fail_trial, record_node, reseed
+from search.tree import Node, Tree
 
 MAX_REPAIRS = 2
 MAX_CONSECUTIVE_DROPS = 3
@@ -97,14 +96,24 @@ def parse_json_object(text: str) -> dict:
     return value
 
 
+class ScriptSource(Protocol):
+    """Reads ``train.py`` as of a commit (the session workspace is one)."""
+
+    root_commit: str
+
+    def train_script_at(self, commit: str) -> str: ...
+
+
 class LLMProposer:
+    chooses_parent = False  # it may pick another parent than the policy's suggestion, inside the tree
+
     def __init__(
         self,
         space: SearchSpace,
         client: LLMClient,
         context: ContextBuilder,
         study: optuna.Study,
-        workspace: Workspace,
+        workspace: ScriptSource,
         max_depth: int,
         hybrid: bool,
         budget_text: Callable[[], str] = lambda: "",
@@ -165,8 +174,7 @@ class LLMProposer:
             self.notify(f"{why}: proposing with optuna instead")
             self._told_fallback.add(why)
         proposal = self.fallback.propose(tree, parent)
-        proposal.proposer = "optuna"
-        proposal.rationale = f"fallback: {why}"
+        proposal.rationale = f"optuna fallback: {why}"
         return proposal
 
     def source_of(self, tree: Tree, node_id: str | None) -> tuple[str, str]:
@@ -234,3 +242,17 @@ class LLMProposer:
 
     def observe(self, tree: Tree, node: Node) -> None:
         record_node(self.study, self.space, tree, node)
+
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        fail_trial(self.study, proposal.optuna_trial)
+        if reason is not None:
+            self.feedback.append(f"a person rejected the proposal from {proposal.parent or 'base'} "
+                                 f"({json.dumps(proposal.hyperparameters, sort_keys=True)}): {reason}")
+
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
+        fail_orphan_trials(self.study, tree)
+        self.client.usage.restore(session_metrics)
+        self.dropped = int(session_metrics.get("llm_dropped_proposals", 0))
+
+    def usage(self) -> dict[str, float]:
+        return self.client.usage.as_metrics() | {"llm_dropped_proposals": self.dropped}

@@ -12,7 +12,7 @@ import ast
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autorl.errors import ProposalError
+from search.errors import ProposalError
 
 EDITABLE_FILE = "train.py"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autorl.space import Param, SearchSpace
-from autorl.tree import Tree
+from search.space import Param, SearchSpace
+from search.tree import Tree
 
 TOLERANCE = 0.05  # fraction of a parameter's range
 

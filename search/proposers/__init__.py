@@ -1,0 +1,10 @@
+"""Proposers decide what the next stage trains: where it starts, its values, any edit."""
+
+from search.proposers.base import BaseProposer, Proposal, ProposalDropped, Proposer
+from search.proposers.greedy import GreedyProposer
+from search.proposers.llm import LLMProposer
+from search.proposers.schedules import FlatTpeProposer, GridProposer, RandomScheduleProposer
+from search.proposers.tpe import TpeProposer
+
+__all__ = ["BaseProposer", "FlatTpeProposer", "GreedyProposer", "GridProposer", "LLMProposer", "Proposal",
+           "ProposalDropped", "Proposer", "RandomScheduleProposer", "TpeProposer"]

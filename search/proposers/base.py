@@ -1,0 +1,72 @@
+"""What every proposer returns, and everything the controller and resume may ask of one."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from search.edits import EditBlock
+from search.tree import Node, Tree
+
+
+class ProposalDropped(Exception):
+    """A proposal stayed invalid after its repairs: no node is created for it."""
+
+
+class Proposal(BaseModel):
+    """The next stage: where it starts and what it trains with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parent: str | None = Field(description="Node to continue from; null for the base model.")
+    hyperparameters: dict[str, Any]
+    rationale: str = ""
+    expected_effect: str = ""
+    edit: list[EditBlock] = Field(default_factory=list, description="Search/replace blocks on train.py.")
+    train_py: str | None = Field(None, description="The parent's train.py with the edit applied, if any.")
+    optuna_trial: int | None = Field(None, description="Trial number when Optuna chose the values.")
+    transcript: list[dict] = Field(default_factory=list, description="LLM messages and replies behind it.")
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """The controller's only view of a proposer; resume uses the same methods."""
+
+    name: str  # the strategy name; every node it proposes is labelled with it
+    chooses_parent: bool  # True: it runs its own line, and no tree policy picks the parent
+
+    def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        """The next stage from ``parent`` (the policy's pick; ignored when ``chooses_parent``)."""
+
+    def observe(self, tree: Tree, node: Node) -> None:
+        """Learn from a finished (scored or failed) node."""
+
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        """``proposal`` will not run as proposed: a person rejected it (``reason`` says why,
+        for the next proposal) or replaced its values."""
+
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
+        """Rebuild the search state of a stopped session from its tree and logged metrics."""
+
+    def usage(self) -> dict[str, float]:
+        """Counters to log on the session run (LLM tokens, cost, dropped proposals); empty if none."""
+
+
+class BaseProposer:
+    """Defaults for proposers with no trials to fail, no state to rebuild and no usage."""
+
+    name = "base"
+    chooses_parent = False
+
+    def observe(self, tree: Tree, node: Node) -> None:
+        pass
+
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        pass
+
+    def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
+        pass
+
+    def usage(self) -> dict[str, float]:
+        return {}

@@ -1,0 +1,191 @@
+"""The search tree: nodes are training stages, a root-to-leaf path is a schedule.
+
+A node's parent is another node (its checkpoint is the starting point) or ``None``
+for the base model. The tree is rebuilt from MLflow on demand, so it is a plain
+in-memory journal with no storage of its own. Everything a node knows has a typed
+field here: what the search reads (scores, diagnosis, comparison with the parent) and
+what the application records (attempt, a person's decision, the Optuna trial).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+
+class Status(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # cut short by a stop; a resume trains it again
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One pathology diagnosis named in a stage, with its evidence and a direction to try."""
+
+    name: str
+    severity: Literal["info", "warning", "critical"]
+    evidence: str = ""
+    suggestion: str = ""
+    steps: tuple[int, int] = (0, 0)
+    values: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Finding":
+        return cls(**{**data, "steps": tuple(data.get("steps", (0, 0)))})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A child against its parent on the same evaluation items (paired differences)."""
+
+    delta: float
+    stderr: float
+    n: int
+    verdict: Literal["better", "worse", "tie"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A person's decision on a proposal (approve, reject, or edit its values)."""
+
+    action: Literal["approve", "reject", "edit"]
+    reason: str = ""
+    hyperparameters: dict[str, Any] | None = None  # the edited values, for "edit"
+    decided_by: str = "autorl"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Node:
+    id: str
+    parent: str | None
+    depth: int
+    hyperparameters: dict[str, Any]
+    seed: int
+    proposer: str  # the session's strategy name
+    commit: str = ""  # the train.py commit the stage ran
+    status: Status = Status.PENDING
+    reason: str = ""  # why it failed, in one line
+    val_score: float | None = None
+    val_stderr: float | None = None
+    test_score: float | None = None
+    test_stderr: float | None = None
+    train_reward: float | None = None
+    steps: int = 0
+    step_offset: int = 0  # steps of all earlier stages on its path (MLflow's global step axis)
+    seconds: float = 0.0
+    mlflow_run_id: str = ""
+    rationale: str = ""
+    expected_effect: str = ""
+    edited: bool = False  # its proposal changed train.py
+    optuna_trial: int | None = None  # the study's trial number when Optuna chose the values
+    attempt: int = 1  # 2 after a stop cut its first attempt short
+    decision: Decision | None = None  # set when a person reviewed the proposal
+    kept: bool = False  # greedy keep-or-discard: it became the incumbent
+    diagnosis: list[Finding] = field(default_factory=list)
+    comparison: Comparison | None = None  # against the parent, when both were scored
+    frozen_violation: bool = False  # the run changed frozen files
+
+    @property
+    def scored(self) -> bool:
+        return self.status == Status.SUCCEEDED and self.val_score is not None
+
+    @property
+    def healthy(self) -> bool:
+        """False when diagnosis says not to extend it: worse than its parent, or a critical finding."""
+        worse = self.comparison is not None and self.comparison.verdict == "worse"
+        return not worse and not any(f.severity == "critical" for f in self.diagnosis)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return data
+
+
+class Tree:
+    """Nodes in creation order, plus the base model's score."""
+
+    def __init__(self, base_score: float | None = None, base_stderr: float | None = None):
+        self.nodes: dict[str, Node] = {}
+        self.base_score = base_score
+        self.base_stderr = base_stderr
+
+    def add(self, node: Node) -> Node:
+        if node.id in self.nodes:
+            raise ValueError(f"duplicate node id {node.id}")
+        if node.parent is not None and node.parent not in self.nodes:
+            raise ValueError(f"node {node.id}: unknown parent {node.parent}")
+        self.nodes[node.id] = node
+        return node
+
+    def next_id(self) -> str:
+        return f"n{len(self.nodes) + 1:03d}"
+
+    def children(self, node_id: str | None) -> list[Node]:
+        return [n for n in self.nodes.values() if n.parent == node_id]
+
+    def path(self, node_id: str) -> list[Node]:
+        """Nodes from the first stage to ``node_id``: the schedule that produced it."""
+        path = []
+        current: str | None = node_id
+        while current is not None:
+            node = self.nodes[current]
+            path.append(node)
+            current = node.parent
+        return path[::-1]
+
+    def score_of(self, node_id: str | None) -> float | None:
+        return self.base_score if node_id is None else self.nodes[node_id].val_score
+
+    def stderr_of(self, node_id: str | None) -> float | None:
+        return self.base_stderr if node_id is None else self.nodes[node_id].val_stderr
+
+    def typical_stderr(self) -> float:
+        """The median standard error of the scores known so far (0 before any): a stand-in
+        for a node whose own error is unknown, in the units of this template's evaluator."""
+        known = sorted(e for e in [self.base_stderr, *(n.val_stderr for n in self.nodes.values())] if e is not None)
+        return known[len(known) // 2] if known else 0.0
+
+    def scored(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.scored]
+
+    def best(self) -> Node | None:
+        """The highest-scoring node; ties go to the earlier (cheaper) one."""
+        scored = self.scored()
+        return max(scored, key=lambda n: (n.val_score, -list(self.nodes).index(n.id))) if scored else None
+
+
+SHORT_NAMES = {"learning_rate": "lr", "temperature": "T", "num_generations": "G", "max_steps": "steps", "beta": "β"}
+
+
+def schedule_text(hyperparameters: dict[str, Any]) -> str:
+    """A compact one-line view of a stage's key hyperparameters.
+
+    >>> schedule_text({"learning_rate": 5e-05, "temperature": 1.0, "num_generations": 8, "max_steps": 20})
+    'lr=5e-05 T=1 G=8 steps=20'
+    """
+    parts = []
+    for key, short in SHORT_NAMES.items():
+        if key in hyperparameters:
+            value = hyperparameters[key]
+            parts.append(f"{short}={value:.2g}" if isinstance(value, float) else f"{short}={value}")
+    return " ".join(parts)
+
+
+def findings_text(findings: list[Finding]) -> str:
+    """Findings as lines a person or an LLM reads."""
+    if not findings:
+        return "no pathology found"
+    return "\n".join(f"- {f.name} ({f.severity}): {f.evidence}; try: {f.suggestion}" for f in findings)
