@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autorl import faults
 from autorl.errors import CheckpointError, ContractError
-from autorl.frozen import FrozenGuard
+from autorl.frozen import FrozenGuard, run_guarded
 from sandbox import Mounts, Sandbox, scrubbed_env
 
 SAFE_SUFFIXES = {".safetensors", ".json", ".jinja", ".txt", ".model", ".md"}
@@ -70,10 +70,9 @@ class FrozenEvaluator:
         argv = [sys.executable, str(self.workspace / "env" / "evaluate.py"),
                 "--checkpoint", str(checkpoint), "--split", split, "--out", str(out)]
         mounts = Mounts(read_only=[self.workspace, checkpoint], writable=[out_dir])
-        result = self.sandbox.run(argv, cwd=out_dir, wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir),
-                                  mounts=mounts, log_prefix=f"eval_{split}_",
-                                  on_poll=lambda: faults.point("mid_evaluation"))
-        result.violations += self.guard.repair(self.pristine_env)
+        result = run_guarded(self.sandbox, self.guard, self.pristine_env, argv, refused="evaluation", cwd=out_dir,
+                             wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir), mounts=mounts,
+                             log_prefix=f"eval_{split}_", on_poll=lambda: faults.point("mid_evaluation"))
         if not result.ok or not out.is_file():
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
         data = read_eval_output(out)

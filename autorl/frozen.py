@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 from autorl.errors import FrozenFileError
+from sandbox import RunResult, Sandbox
 
 
 def hash_tree(root: Path) -> dict[str, str]:
@@ -88,3 +89,19 @@ class FrozenGuard:
                 + ", ".join(changes)
                 + f" (in {self.root.parent}); scores from a changed evaluator cannot be trusted"
             )
+
+
+def run_guarded(sandbox: Sandbox, guard: FrozenGuard | None, pristine: Path | None, argv: list[str],
+                refused: str = "launch", **run_args) -> RunResult:
+    """Run ``argv`` in ``sandbox`` between two checks of the frozen files.
+
+    A change from before the run is not the run's doing: it stops with a FrozenFileError.
+    A change the run made is put back from ``pristine`` and recorded as a violation, so
+    the run fails with the list of files it touched.
+    """
+    if guard is not None:
+        guard.check(refused=refused)
+    result = sandbox.run(argv, **run_args)
+    if guard is not None:
+        result.violations += guard.repair(pristine)
+    return result

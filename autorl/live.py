@@ -12,7 +12,8 @@ from autorl.observer import Observer
 from search.tree import Node, Status, Tree, schedule_text
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow", "pending": "dim"}
-STATUS_SHORT = {"succeeded": "ok", "failed": "failed", "running": "running", "pending": "pending"}
+STATUS_SHORT = {"succeeded": "ok", "failed": "failed", "running": "running", "pending": "pending",
+                "interrupted": "stopped"}
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
@@ -33,7 +34,7 @@ def nodes_table(tree: Tree, title: str = "") -> Table:
         table.add_row(
             Text(node.id + (" ★" if best is not None and node.id == best.id else ""), style="bold" if best is node else ""),
             node.parent or "base",
-            Text(STATUS_SHORT[node.status.value], style=style),
+            Text(STATUS_SHORT.get(node.status.value, node.status.value), style=style),
             val,
             "-" if delta is None else f"{delta:+.3f}",
             fmt(node.train_reward),

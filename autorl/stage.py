@@ -10,7 +10,7 @@ from typing import Callable
 
 from autorl import faults
 from autorl.curves import read_records
-from autorl.frozen import FrozenGuard
+from autorl.frozen import FrozenGuard, run_guarded
 from autorl.spec import TrialSpec
 from sandbox import Mounts, RunResult, Sandbox, parse_footer, scrubbed_env
 
@@ -81,12 +81,8 @@ class StageRunner:
 
         argv = [sys.executable, str(self.workspace / "train.py"), "--spec", str(spec_path)]
         mounts = Mounts(read_only=[self.workspace, Path(spec.init_checkpoint)], writable=[node_dir])
-        if self.guard is not None:  # a change from before this run is not the run's doing: stop, do not blame it
-            self.guard.check(refused="launch")
-        result = self.sandbox.run(argv, cwd=node_dir, wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir),
-                                  mounts=mounts, on_poll=poll)
-        if self.guard is not None:
-            result.violations += self.guard.repair(self.pristine_env)
+        result = run_guarded(self.sandbox, self.guard, self.pristine_env, argv, cwd=node_dir,
+                             wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), mounts=mounts, on_poll=poll)
         checkpoint = Path(spec.output_dir) / "checkpoint"
         reason = result.failure_reason(spec.wall_seconds)
         if reason is None and not result.footer:

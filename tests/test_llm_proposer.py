@@ -189,3 +189,13 @@ def test_schema_is_strict_and_matches_the_space():
     assert schema["additionalProperties"] is False
     assert set(schema["properties"]["hyperparameters"]["required"]) == set(TEMPLATE.space.params)
     assert schema["properties"]["hyperparameters"]["properties"]["num_generations"] == {"enum": [4, 8, 16]}
+
+
+def test_a_rejection_reason_reaches_the_next_prompt(make_proposer, tree):
+    with serve(reply(parent="n001"), reply(parent="n001", temperature=0.9)) as server:
+        proposer = make_proposer(server)
+        first = proposer.propose(tree, "n001")
+        proposer.withdraw(first, reason="too timid")
+        proposer.propose(tree, "n001")
+    last_prompt = server.llm.requests[-1]["messages"][-1]["content"]
+    assert "a person rejected the proposal from n001" in last_prompt and "too timid" in last_prompt

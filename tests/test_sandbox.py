@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.cgroups import Limits
-from sandbox.executor import scrubbed_env
-from autorl.frozen import FrozenGuard
-from sandbox.tiers import BwrapSandbox, Mounts, Sandbox, bwrap_works, choose_sandbox
+from autorl.frozen import FrozenGuard, run_guarded
+from sandbox import BwrapSandbox, Limits, Mounts, Sandbox, bwrap_works, choose_sandbox, scrubbed_env
 
 BWRAP, WHY_NOT = bwrap_works()
 TIERS = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=WHY_NOT)), "none"]
@@ -47,8 +45,8 @@ def make_sandbox(tier: str, limits: Limits = Limits(memory_bytes=512 * 2**20, pi
 def run_hostile(sandbox: Sandbox, layout: dict, code: str, wall: float = 60):
     run_dir = layout["run"]
     mounts = Mounts(read_only=[layout["workspace"]], writable=[run_dir])
-    result = sandbox.run([sys.executable, "-c", textwrap.dedent(code)], cwd=run_dir, wall_seconds=wall,
-                         env=scrubbed_env(run_dir), mounts=mounts, guard=layout["guard"], pristine=layout["pristine"])
+    result = run_guarded(sandbox, layout["guard"], layout["pristine"], [sys.executable, "-c", textwrap.dedent(code)],
+                         cwd=run_dir, wall_seconds=wall, env=scrubbed_env(run_dir), mounts=mounts)
     return result, result.stdout_path.read_text(), result.stderr_path.read_text()
 
 
@@ -159,10 +157,9 @@ def test_secret_in_the_environment_and_in_proc_environ(tier, layout, monkeypatch
         decoy.kill()
         decoy.wait()
     assert "OPENAI_API_KEY" not in out  # never in the trial's own environment, in any tier
-    if tier == "bwrap":
-        assert "hits []" in out
-    elif "hits []" not in out:
-        assert not sandbox.guarantees()["controller's environment and /proc hidden"]
+    # tier A always hides it; tier D hides it exactly when it says so (a UID drop), and the test sees which
+    assert ("hits []" in out) == sandbox.guarantees()["controller's environment and /proc hidden"]
+    assert tier != "bwrap" or "hits []" in out
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -174,10 +171,9 @@ def test_read_a_secret_file_outside_the_run_dir(tier, layout):
         except OSError as exc:
             print("blocked", exc)
     """)
-    if tier == "bwrap":
-        assert "blocked" in out and MARKER not in out
-    elif MARKER in out:
-        assert not sandbox.guarantees()["secret files invisible"]
+    # tier A always hides it; tier D hides it exactly when it says so (a UID drop; the file's folder is private)
+    assert (MARKER not in out) == sandbox.guarantees()["secret files invisible"]
+    assert tier != "bwrap" or "blocked" in out
 
 
 needs_cgroups = pytest.mark.skipif(Sandbox(Limits()).cgroups is None, reason="no writable cgroup on this machine")
