@@ -139,7 +139,8 @@ def read_space(path: Path) -> SearchSpace:
     try:
         space = SearchSpace.from_toml(path / "space.toml")
     except SpaceError as exc:
-        raise _broken(path, f"space.toml: {str(exc).split(': ', 2)[-1]}") from exc
+        detail = str(exc).split("invalid search space: ", 1)[-1]
+        raise _broken(path, f"space.toml is not a valid search space: {detail}; see docs/templates.md") from exc
     if not space.params:
         raise _broken(path, "space.toml defines no hyperparameter; add at least one [name] table")
     return space

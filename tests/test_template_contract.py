@@ -1,0 +1,106 @@
+"""Each rule of docs/templates.md, broken once: a one-line error that names the file and the fix."""
+
+import json
+import shutil
+
+import pytest
+
+from autorl import template as templates
+from autorl.errors import ContractError, TemplateError
+from autorl.evaluate import read_eval_output
+from conftest import make_template
+
+
+def write(relative, text):
+    def change(root):
+        path = root / relative
+        if path.exists():
+            path.chmod(0o644)
+        path.write_text(text)
+    return change
+
+
+def remove(relative):
+    def change(root):
+        target = root / relative
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    return change
+
+
+def remove_weights(root):
+    for path in (root / "env" / "base_model").glob("*.safetensors"):
+        path.unlink()
+
+
+def set_json(relative, **values):
+    def change(root):
+        path = root / relative
+        data = json.loads(path.read_text()) | values
+        path.chmod(0o644)
+        path.write_text(json.dumps(data))
+    return change
+
+
+BROKEN = {
+    "missing file": (remove("env/evaluate.py"), "missing env/evaluate.py"),
+    "train.py syntax": (write("train.py", "def broken(:\n"), "train.py line 1"),
+    "evaluator syntax": (write("env/evaluate.py", "x = = 1\n"), "env/evaluate.py line 1"),
+    "empty brief": (write("program.md", "  \n"), "program.md is empty"),
+    "constants not TOML": (write("env/constants.toml", "[model\n"), "env/constants.toml is not valid TOML"),
+    "constants without stage": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n'),
+                                "env/constants.toml lacks 'stage'"),
+    "negative wall budget": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n[stage]\nwall_seconds = -1\n'),
+                             "wall_seconds = -1 is not a positive number"),
+    "base model folder missing": (remove("env/base_model"), "not found (no config.json)"),
+    "empty config.json": (write("env/base_model/config.json", ""), "config.json is not valid JSON"),
+    "config.json without model_type": (write("env/base_model/config.json", "{}"), "has no model_type"),
+    "remote code": (set_json("env/base_model/config.json", auto_map={"AutoModel": "x.Y"}), "asks for remote code"),
+    "no safetensors": (remove_weights, "has no .safetensors weights"),
+    "space not TOML": (write("space.toml", "[lr\n"), "space.toml is not a valid search space: Expected"),
+    "empty space": (write("space.toml", "# nothing\n"), "space.toml defines no hyperparameter"),
+    "bad bounds": (write("space.toml", '[lr]\ntype = "float"\nlow = 1\nhigh = 0\ndefault = 0.5\n'),
+                   "[lr] lr: needs numeric low < high"),
+    "non-numeric default": (write("space.toml", '[lr]\ntype = "float"\nlow = 0\nhigh = 1\ndefault = "x"\n'),
+                            "[lr] low, high and default must be numbers"),
+}
+
+
+@pytest.mark.parametrize("rule", BROKEN)
+def test_a_broken_rule_is_one_line_naming_the_file(rule, tmp_path):
+    change, fragment = BROKEN[rule]
+    root = make_template(tmp_path / "tpl")
+    change(root)
+    with pytest.raises(TemplateError) as caught:
+        templates.load(str(root))
+    message = str(caught.value)
+    assert fragment in message and str(root) in message and "\n" not in message
+
+
+def test_the_built_in_template_keeps_the_contract():
+    assert templates.load("arith").space.params
+
+
+GOOD = {"mean": 0.5, "stderr": 0.05, "n": 2, "items": [{"id": "a", "correct": 1}, {"id": "b", "correct": 0}]}
+
+
+@pytest.mark.parametrize("output, fragment", [
+    ("not json", "unreadable JSON"),
+    ([1, 2], "not a JSON object"),
+    ({k: v for k, v in GOOD.items() if k != "stderr"}, "no numeric 'stderr'"),
+    (GOOD | {"mean": "high"}, "no numeric 'mean'"),
+    (GOOD | {"items": [{"correct": 1}]}, "with 'id' and 'correct'"),
+    (GOOD | {"items": [{"id": "a"}]}, "with 'id' and 'correct'"),
+    (GOOD | {"items": [{"id": "a", "correct": 1}, {"id": "a", "correct": 0}]}, "not unique"),
+])
+def test_evaluator_output_that_breaks_the_contract(output, fragment, tmp_path):
+    path = tmp_path / "eval_validation.json"
+    path.write_text(output if isinstance(output, str) else json.dumps(output))
+    with pytest.raises(ContractError, match="env/evaluate.py broke the template contract") as caught:
+        read_eval_output(path)
+    assert fragment in str(caught.value)
+
+
+def test_evaluator_output_that_keeps_it(tmp_path):
+    path = tmp_path / "eval_validation.json"
+    path.write_text(json.dumps(GOOD))
+    assert read_eval_output(path)["mean"] == 0.5
