@@ -31,10 +31,13 @@ def test_policy_prefers_high_scores_and_respects_depth():
     assert "n002" not in BestFirstPolicy(max_depth=2).candidates(tree)
 
 
-def test_policy_is_deterministic_for_a_seed():
+def test_ties_are_broken_by_the_seed_reproducibly():
     tree = sample_tree()
-    picks = [[BestFirstPolicy(3, exploration=1.0, seed=s).select(tree) for _ in range(5)] for s in (1, 1)]
-    assert picks[0] == picks[1]
+    tree.nodes["n003"].val_score = 0.6  # n001 and n003: same score, error and visits, depth 1
+    tree.nodes["n002"].val_score = 0.5
+    picks = {seed: BestFirstPolicy(3, exploration=0.0, seed=seed).select(tree) for seed in range(20)}
+    assert set(picks.values()) == {"n001", "n003"}  # the seed decides a tie, both ways
+    assert all(BestFirstPolicy(3, exploration=0.0, seed=seed).select(tree) == pick for seed, pick in picks.items())
 
 
 def test_exploration_bonus_is_in_standard_errors():

@@ -35,9 +35,10 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     session = client.get_run(data["mlflow_run_id"])
     assert session.info.status == "FINISHED"
-    assert session.data.tags["sandbox.tiers"] == ("bwrap" if bwrap_works()[0] else "none")  # GRPO trains inside it
+    assert session.data.tags["autorl.sandbox"] == ("bwrap" if bwrap_works()[0] else "none")  # GRPO trains inside it
     assert session.data.metrics["base_score"] == data["base_score"]
     assert session.data.metrics["best_test_score"] == best["test_score"]
+    by_id = {n["id"]: n for n in nodes}
     for node in nodes:
         run = client.get_run(node["mlflow_run_id"])
         assert run.data.tags["mlflow.parentRunId"] == session.info.run_id
@@ -48,7 +49,13 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
         assert {"spec.json", "metrics.jsonl", "stdout.log", "eval_validation.json", "train_py.diff",
                 "diagnosis.json", "curves.png"} <= artifacts
-        assert node["comparison"]["verdict"] in ("better", "worse", "tie")
+        # paired on all 1,000 validation items, so the delta is exactly the difference of the two scores
+        comparison = node["comparison"]
+        parent_score = by_id[node["parent"]]["val_score"] if node["parent"] else data["base_score"]
+        assert comparison["n"] == 1000 and abs(comparison["delta"] - (node["val_score"] - parent_score)) < 1e-9
+        expected = ("better" if comparison["delta"] > 2 * comparison["stderr"] else
+                    "worse" if comparison["delta"] < -2 * comparison["stderr"] else "tie")
+        assert comparison["verdict"] == expected
     # A child's steps continue its parent's on the global step axis.
     for node in nodes:
         steps = sorted(m.step for m in client.get_metric_history(node["mlflow_run_id"], "reward"))
