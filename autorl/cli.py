@@ -19,7 +19,8 @@ from rich.markup import escape
 from autorl.config import SessionConfig
 from autorl.errors import USER_ERRORS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Autonomous research agent for RL post-training.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Autonomous research agent for RL post-training.")
 console = Console()
 if not console.is_terminal:  # logs and CI: wide enough that tables stay on one line per row
     console = Console(width=140)

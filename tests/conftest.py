@@ -22,10 +22,28 @@ EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
 AUTORL = [sys.executable, "-m", "autorl"]
 
 
+@pytest.fixture(scope="session")
+def migrated_store(tmp_path_factory) -> Path:
+    """A real MLflow SQLite file whose schema was created once for the whole run.
+
+    Creating and migrating the schema takes seconds, and every test that opens a fresh
+    runs directory would pay it again; a copy of this file is the same store, already
+    migrated. Tests marked ``fresh_store`` (the end-to-end session) start from nothing.
+    """
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = tmp_path_factory.mktemp("store")
+    SqlAlchemyStore(f"sqlite:///{folder / 'mlflow.db'}", str(folder / "artifacts"))
+    return folder / "mlflow.db"
+
+
 @pytest.fixture(autouse=True)
-def isolated_runs(tmp_path, monkeypatch):
+def isolated_runs(tmp_path, monkeypatch, request, migrated_store):
     """Every test gets its own runs directory; nothing touches ./runs."""
     runs = tmp_path / "runs"
+    if request.node.get_closest_marker("fresh_store") is None:
+        runs.mkdir()
+        shutil.copyfile(migrated_store, runs / "mlflow.db")
     monkeypatch.setenv("AUTORL_RUNS_DIR", str(runs))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "")  # only --tracking-uri may point elsewhere
     return runs

@@ -11,6 +11,7 @@ from conftest import make_template, run_cli
 
 
 @pytest.mark.slow
+@pytest.mark.fresh_store
 def test_three_stage_session_end_to_end(tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", space={"max_steps": "[8]"})
     done = run_cli("research", "improve addition", "--template", str(template), "--stages", "3",
