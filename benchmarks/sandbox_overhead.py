@@ -17,9 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbox.cgroups import Limits
-from sandbox.executor import scrubbed_env
-from sandbox.tiers import BwrapSandbox, Mounts, Sandbox, bwrap_works
+from sandbox import BwrapSandbox, Limits, Mounts, Sandbox, bwrap_works, scrubbed_env
 
 COMMANDS = {"empty python": "pass", "import torch, transformers, trl": "import torch, transformers, trl"}
 

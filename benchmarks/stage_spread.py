@@ -17,10 +17,10 @@ from pathlib import Path
 from autorl import template as templates
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
-from sandbox.tiers import choose_sandbox
 from autorl.spec import TrialSpec
 from autorl.stage import StageRunner
 from autorl.workspace import Workspace
+from sandbox import choose_sandbox
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ from autorl import template as templates
 from autorl.errors import CheckpointError
 from autorl.evaluate import FrozenEvaluator, check_checkpoint
 from autorl.frozen import FrozenGuard
-from sandbox.tiers import choose_sandbox
+from sandbox import choose_sandbox
 from autorl.workspace import Workspace
 
 

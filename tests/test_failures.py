@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import FrozenFileError
-from sandbox.tiers import bwrap_works
+from sandbox import bwrap_works
 from autorl.session import create_session
 from conftest import make_template, run_cli
 

@@ -6,7 +6,7 @@ import git
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sandbox.tiers import bwrap_works
+from sandbox import bwrap_works
 from conftest import make_template, run_cli
 
 

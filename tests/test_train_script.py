@@ -8,7 +8,7 @@ import pytest
 from safetensors.torch import load_file
 
 from autorl import template as templates
-from sandbox.executor import parse_footer, scrubbed_env
+from sandbox import parse_footer, scrubbed_env
 from autorl.spec import TrialSpec
 
 TRL_KEYS = {"reward", "reward_std", "frac_reward_zero_std", "entropy", "loss", "grad_norm", "learning_rate",
