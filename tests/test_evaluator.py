@@ -26,7 +26,8 @@ def test_scores_the_base_model_with_standard_error(evaluator, tmp_path):
     assert 0.45 < result.mean < 0.62  # the shipped base model is at about half accuracy
     assert result.stderr == pytest.approx((result.mean * (1 - result.mean) / 999) ** 0.5)
     items = result.items()
-    assert len(items) == 1000 and {"a", "b", "completion", "correct"} <= set(items[0])
+    assert len(items) == 1000 and {"id", "a", "b", "completion", "correct"} <= set(items[0])
+    assert len({item["id"] for item in items}) == 1000  # unique: children and parents are paired by id
 
 
 def test_refuses_train_split(evaluator, tmp_path):

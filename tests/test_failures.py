@@ -15,7 +15,8 @@ from conftest import make_template, run_cli
 
 
 def test_crashing_and_hanging_stages_fail_and_the_session_finishes(tmp_path, runs_dir):
-    template = make_template(tmp_path / "tpl", train_py="crash_or_hang_train.py", wall_seconds=4)
+    template = make_template(tmp_path / "tpl", train_py="crash_or_hang_train.py", wall_seconds=4,
+                             evaluate_py="fast_evaluate.py")
     done = run_cli("research", "robustness", "--template", str(template), "--stages", "3", "--name", "bad")
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(run_cli("show", "bad", "--json").stdout)
@@ -28,7 +29,7 @@ def test_crashing_and_hanging_stages_fail_and_the_session_finishes(tmp_path, run
 
 
 def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, tracker):
-    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py")))
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")))
     config = make_config(name="guarded", topic="t", template=str(template.path), stages=3,
                          runs_dir=runs_dir, tracking_uri=tracker.uri)
     controller = create_session(config, template, tracker)
@@ -49,7 +50,7 @@ def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, 
 @pytest.mark.parametrize("sandbox", [
     pytest.param("bwrap", marks=pytest.mark.skipif(not bwrap_works()[0], reason="bubblewrap unavailable")), "none"])
 def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on(tmp_path, runs_dir, sandbox):
-    template = make_template(tmp_path / "tpl", train_py="tamper_train.py")
+    template = make_template(tmp_path / "tpl", train_py="tamper_train.py", evaluate_py="fast_evaluate.py")
     done = run_cli("research", "tamper", "--template", str(template), "--stages", "2", "--name", "tamper",
                    "--sandbox", sandbox)
     assert done.returncode == 0, done.stdout + done.stderr

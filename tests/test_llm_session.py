@@ -18,7 +18,7 @@ def reply(parent, edit=(), search=(), **values):
 
 
 def test_hybrid_session_with_an_edit_a_dropped_proposal_and_a_secret(tmp_path, runs_dir):
-    template = make_template(tmp_path / "tpl", train_py="env_dump_train.py")
+    template = make_template(tmp_path / "tpl", train_py="env_dump_train.py", evaluate_py="fast_evaluate.py")
     key_file = tmp_path / "key"
     key_file.write_text("sk-very-secret-key\n")
     edit = [{"file": "train.py", "search": "BATCH_SIZE = 64", "replace": "BATCH_SIZE = 32"}]

@@ -83,10 +83,10 @@ def test_tcp_connection_to_a_loopback_server(tier, layout):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
-    server.settimeout(15)
+    server.settimeout(0.2)
     port = server.getsockname()[1]
-    got = []
-    thread = threading.Thread(target=lambda: got.append(_accept(server)), daemon=True)
+    got, stop = [], threading.Event()
+    thread = threading.Thread(target=lambda: got.append(_accept(server, stop)), daemon=True)
     thread.start()
     sandbox = make_sandbox(tier)
     _, out, _ = run_hostile(sandbox, layout, f"""
@@ -97,20 +97,27 @@ def test_tcp_connection_to_a_loopback_server(tier, layout):
         except OSError as exc:
             print("blocked", exc)
     """)
-    thread.join(20)
+    stop.set()  # the trial has ended: whatever was going to connect has connected
+    thread.join(5)
     server.close()
     if tier == "bwrap":
-        assert "blocked" in out and got in ([None], [])
-    else:
-        assert "connected" in out and not sandbox.guarantees()["no network, no host unix sockets"]
+        assert "blocked" in out and got == [None]
+    else:  # the fallback tier says it leaves the network open; the server did receive the bytes
+        assert "connected" in out and got == [MARKER[:6].encode()]
+        assert not sandbox.guarantees()["no network, no host unix sockets"]
 
 
-def _accept(server):
-    try:
-        connection, _ = server.accept()
+def _accept(server, stop):
+    while not stop.is_set():
+        try:
+            connection, _ = server.accept()
+        except socket.timeout:
+            continue
+        except OSError:
+            return None
+        connection.settimeout(5)
         return connection.recv(16)
-    except OSError:
-        return None
+    return None
 
 
 @pytest.mark.parametrize("tier", TIERS)
