@@ -4,7 +4,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
+
+pytestmark = pytest.mark.slow  # real GRPO sessions of the benchmark
 
 
 def test_search_efficiency_quick_mode(tmp_path):

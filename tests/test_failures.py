@@ -13,6 +13,8 @@ from sandbox import bwrap_works
 from autorl.session import create_session
 from conftest import make_template, run_cli
 
+pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
+
 
 def test_crashing_and_hanging_stages_fail_and_the_session_finishes(tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", train_py="crash_or_hang_train.py", wall_seconds=4,

@@ -3,11 +3,14 @@
 import json
 
 import git
+import pytest
 from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
 from conftest import make_template, run_cli
 from llm_server import LLMServer, ScriptedLLM
+
+pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 
 DEFAULTS = templates.load("arith").space.defaults()
 

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 
 from search import study as hpo
 from autorl.config import prepare_runs_dir
+from autorl.report import list_sessions, show_session
 from autorl.tracking import Tracker
 from conftest import AUTORL, REPO, make_template, run_cli
 
@@ -34,7 +35,8 @@ def fast_template(tmp_path_factory):
 
 
 def tree_of(runs_dir):
-    data = json.loads(run_cli("show", "s", "--json", "--runs-dir", str(runs_dir)).stdout)
+    """The session as `autorl show --json` reads it back (in-process: the CLI itself is tested elsewhere)."""
+    data = json.loads(json.dumps(show_session(Tracker.for_runs_dir(runs_dir), "s")))
     return data, [(n["id"], n["parent"], n["status"], n["val_score"], json.dumps(n["hyperparameters"], sort_keys=True))
                   for n in data["nodes"]]
 
@@ -61,12 +63,13 @@ def check_invariants(runs_dir, data):
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["proposal_accepted:2", "launched:2", "mid_training:2", "trained:2",
                                    "mid_evaluation:3", "evaluated:2"])
 def test_killed_controller_resumes_to_the_same_tree(point, fast_template, reference, runs_dir):
     killed = run_cli("research", "t", "--template", str(fast_template), *ARGS, env={"AUTORL_FAULT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
-    listed = json.loads(run_cli("ls", "--json").stdout)
+    listed = list_sessions(Tracker.for_runs_dir(runs_dir))
     assert listed[0]["resumable"] and listed[0]["resume_note"] == "controller died"
 
     resumed = run_cli("resume", "s")
@@ -92,6 +95,7 @@ def wait_for(path, timeout=120):
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
@@ -116,6 +120,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs
     assert all(n["status"] == "succeeded" for n in data["nodes"])
 
 
+@pytest.mark.slow
 def test_a_second_controller_on_the_same_session_refuses(tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
     process = start_slow_session(template, stages=50)

@@ -145,6 +145,7 @@ def test_approve_needs_a_terminal():
     assert done.returncode == 1 and "needs an interactive terminal" in done.stderr
 
 
+@pytest.mark.slow
 def test_real_command_under_a_pty_approves_with_a_key_press(fast_template, runs_dir):
     child = pexpect.spawn(AUTORL[0], [*AUTORL[1:], "research", "t", "--template", str(fast_template.path),
                                       "--stages", "1", "--approve", "all", "--name", "pty"],
