@@ -68,6 +68,8 @@ class SessionConfig(BaseModel):
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, gt=0, description="Memory limit of one trial (its cgroup), in GiB.")
+    gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
+                                           "each running trial gets one.")
     runs_dir: Path
     tracking_uri: str
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")

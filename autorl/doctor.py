@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -26,12 +28,32 @@ def sandbox_checks(kind: str) -> Iterator[Check]:
     yield "  cgroups", sandbox.cgroups is not None, f"{cgroups}; per-trial limits {sandbox.limits.describe()}"
 
 
-def gpu_check() -> Check:
-    if shutil.which("nvidia-smi") is None:
-        return "GPU", None, "none (CPU templates only; GPU templates need NVIDIA devices and vLLM)"
-    done = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                          capture_output=True, text=True, timeout=30)
-    return "GPU", done.returncode == 0, done.stdout.strip().replace("\n", "; ") or done.stderr.strip()
+def gpu_checks() -> Iterator[Check]:
+    """GPUs, driver, CUDA and bf16 as the trial's Python sees them, vLLM, and the engine a
+    session would use (torch is imported in a child process: the CLI stays light)."""
+    from sandbox import visible_gpus
+
+    if not visible_gpus():
+        yield "GPU", None, "none: trials train on the CPU (real-model templates need NVIDIA GPUs to be fast)"
+        return
+    done = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                           "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+    for line in done.stdout.strip().splitlines():
+        yield "GPU", True, line.strip()
+    probe = ("import importlib.util, json, torch; c = torch.cuda.is_available(); "
+             "print(json.dumps({'cuda': torch.version.cuda, 'available': c, "
+             "'bf16': c and torch.cuda.is_bf16_supported(), 'vllm': importlib.util.find_spec('vllm') is not None}))")
+    try:
+        facts = json.loads(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                          timeout=120).stdout)
+    except (ValueError, subprocess.TimeoutExpired) as exc:
+        yield "CUDA", False, f"torch could not be asked ({exc})"
+        return
+    yield "CUDA", facts["available"], f"torch built for CUDA {facts['cuda'] or 'none (a CPU build)'}"
+    yield "  bf16", facts["bf16"], "yes" if facts["bf16"] else "no (fp32 training)"
+    yield "  vLLM", facts["vllm"], "installed" if facts["vllm"] else "not installed: `scripts/setup --gpu` installs it"
+    engine = "vllm (TRL colocate mode)" if facts["available"] and facts["vllm"] else "Hugging Face generate"
+    yield "  generation engine", facts["available"], engine
 
 
 def llm_check(base_url: str | None) -> Check:
@@ -63,6 +85,6 @@ def tracking_check(runs_dir: Path | None, tracking_uri: str | None) -> Check:
 
 def checks(sandbox: str, llm_base_url: str | None, runs_dir: Path | None, tracking_uri: str | None) -> Iterator[Check]:
     yield from sandbox_checks(sandbox)
-    yield gpu_check()
+    yield from gpu_checks()
     yield llm_check(llm_base_url)
     yield tracking_check(runs_dir, tracking_uri)

@@ -27,7 +27,7 @@ from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
-from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox
+from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox, select_gpus
 from search import study as optuna_study
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
@@ -122,7 +122,8 @@ def trial_limits(config: SessionConfig) -> Limits:
 
 
 def make_sandbox(config: SessionConfig) -> Sandbox:
-    return choose_sandbox(config.sandbox, trial_limits(config))
+    """The strongest tier asked for, with the session's GPUs (a GPU that is not there is an error)."""
+    return choose_sandbox(config.sandbox, trial_limits(config), gpus=select_gpus(config.gpus))
 
 
 def assemble(config: SessionConfig, template: Template, stores: Stores, budget: Budget, *,

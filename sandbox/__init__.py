@@ -4,6 +4,8 @@ Standard library only, so importing it pulls in no third-party package and no au
 """
 
 from sandbox.cgroups import Limits
+from sandbox.errors import SandboxError
+from sandbox.gpus import GpuPool, select_gpus, visible_gpus
 from sandbox.executor import RunResult, last_error_line, parse_footer, scrubbed_env
 from sandbox.tiers import (
     DEFAULT_LIMITS,
@@ -11,12 +13,12 @@ from sandbox.tiers import (
     BwrapSandbox,
     Mounts,
     Sandbox,
-    SandboxError,
     bwrap_works,
     choose_sandbox,
 )
 
 __all__ = [
-    "DEFAULT_LIMITS", "SANDBOX_KINDS", "BwrapSandbox", "Limits", "Mounts", "RunResult", "Sandbox", "SandboxError",
-    "bwrap_works", "choose_sandbox", "last_error_line", "parse_footer", "scrubbed_env",
+    "DEFAULT_LIMITS", "SANDBOX_KINDS", "BwrapSandbox", "GpuPool", "Limits", "Mounts", "RunResult", "Sandbox",
+    "SandboxError", "bwrap_works", "choose_sandbox", "last_error_line", "parse_footer", "scrubbed_env",
+    "select_gpus", "visible_gpus",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 # Variables a trial may inherit; everything else (keys, tokens, proxies) is dropped.
-ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES",
+ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TERM_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.25

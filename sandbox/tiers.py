@@ -23,7 +23,9 @@ must check them after each run.
 Both tiers: a per-trial cgroup where one can be created (memory, CPU, process-count
 limits; peak memory; OOM detection; killing every process left behind), a wall-clock
 kill, and a sweep for escaped children. Neither tier limits disk space or hides the CPU
-model; GPUs are passed through only when asked for (``gpus``).
+model. GPUs are passed through only when the session has some (``gpus``), one GPU per
+running trial: its device node (tier A) and ``CUDA_VISIBLE_DEVICES`` (both tiers; empty
+when the trial has none, so CUDA sees nothing).
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ from pathlib import Path
 from typing import Callable
 
 from sandbox.cgroups import Limits, TrialCgroup, detect as detect_cgroups
+from sandbox.errors import SandboxError
 from sandbox.executor import LocalExecutor, RunResult
+from sandbox.gpus import GpuPool
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 NOBODY = 65534
@@ -73,18 +77,14 @@ def readable_by_others(path: Path) -> bool:
     return bool(path.stat().st_mode & stat.S_IROTH)
 
 
-class SandboxError(Exception):
-    """A tier that was asked for cannot run on this machine; the message says why."""
-
-
 class Sandbox:
     """Tier D: the fallback that bounds and detects but does not isolate."""
 
     tier = "none"
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS, gpus: str | None = None):
+    def __init__(self, limits: Limits = DEFAULT_LIMITS, gpus: list[str] | None = None):
         self.limits = limits
-        self.gpus = gpus
+        self.gpus = GpuPool(gpus or [])
         self.cgroups = detect_cgroups()
         self.drop_uid = os.geteuid() == 0 and readable_by_others(Path(sys.executable))
         self.executor = LocalExecutor()
@@ -106,15 +106,22 @@ class Sandbox:
         }
 
     def describe(self) -> str:
+        gpus = f"; GPUs {', '.join(self.gpus.gpus)} (one per running trial)" if self.gpus.gpus else "; no GPU"
         if self.tier == "none":
             return ("WARNING: tier D (no sandbox): trials share the host's network, unix sockets and files"
-                    + ("" if self.drop_uid else " and run as this user") + "; tampering is only detected")
-        return "tier A (bubblewrap): allow-listed filesystem, no network, own PID/user namespaces"
+                    + ("" if self.drop_uid else " and run as this user") + "; tampering is only detected" + gpus)
+        return "tier A (bubblewrap): allow-listed filesystem, no network, own PID/user namespaces" + gpus
 
     # -- running ------------------------------------------------------------------------------
 
-    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts) -> list[str]:
+    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
+                gpu: str | None = None) -> list[str]:
         return argv
+
+    @staticmethod
+    def trial_env(env: dict[str, str], gpu: str | None) -> dict[str, str]:
+        """The trial's environment with only its own GPU visible to CUDA (none: empty)."""
+        return {**env, "CUDA_VISIBLE_DEVICES": gpu or ""}
 
     def run(self, argv: list[str], cwd: Path, wall_seconds: float, env: dict[str, str], mounts: Mounts,
             log_prefix: str = "", on_poll: Callable[[], None] | None = None) -> RunResult:
@@ -124,8 +131,10 @@ class Sandbox:
             for path in mounts.writable:
                 os.chown(path, NOBODY, NOBODY)
         try:
-            result = self.executor.run(self.command(argv, cwd, env, mounts), cwd, wall_seconds, env, log_prefix,
-                                       on_poll, preexec_fn=self._preexec(cgroup))
+            with self.gpus.lease() as gpu:
+                env = self.trial_env(env, gpu)
+                result = self.executor.run(self.command(argv, cwd, env, mounts, gpu), cwd, wall_seconds, env,
+                                           log_prefix, on_poll, preexec_fn=self._preexec(cgroup))
             result.tier = self.tier
             result.strays = cgroup.kill_all() if cgroup else sweep_orphans()
             if cgroup:
@@ -169,17 +178,19 @@ class BwrapSandbox(Sandbox):
             args += ["--ro-bind", prefix, prefix]
         return args
 
-    def gpu_binds(self) -> list[str]:
-        """Device pass-through for NVIDIA GPUs (the devices must exist on the host)."""
-        if self.gpus is None:
+    @staticmethod
+    def gpu_binds(gpu: str | None) -> list[str]:
+        """The trial's GPU: the driver's control nodes and its own device node (the node's
+        minor number is taken to be the nvidia-smi index), and /sys read-only for the driver."""
+        if gpu is None:
             return []
-        devices = [*GPU_DEVICES, *(f"/dev/nvidia{i}" for i in self.gpus.split(",") if i.strip().isdigit())]
         args = []
-        for device in devices:
+        for device in (*GPU_DEVICES, f"/dev/nvidia{gpu}"):
             args += ["--dev-bind-try", device, device]
-        return args + ["--ro-bind", "/sys", "/sys", "--setenv", "CUDA_VISIBLE_DEVICES", self.gpus]
+        return args + ["--ro-bind", "/sys", "/sys"]
 
-    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts) -> list[str]:
+    def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
+                gpu: str | None = None) -> list[str]:
         args = ["bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
@@ -194,7 +205,7 @@ class BwrapSandbox(Sandbox):
             args += ["--bind", str(path), str(path)]
         for path in nested:  # a read-only checkpoint inside a writable run directory
             args += ["--ro-bind", str(path), str(path)]
-        args += self.gpu_binds() + ["--chdir", str(cwd), "--clearenv"]
+        args += self.gpu_binds(gpu) + ["--chdir", str(cwd), "--clearenv"]
         for key, value in sorted(env.items()):
             args += ["--setenv", key, value]
         return args + ["--", *argv]
@@ -234,7 +245,7 @@ def bwrap_works() -> tuple[bool, str]:
     return True, "ok"
 
 
-def choose_sandbox(kind: str = "auto", limits: Limits = DEFAULT_LIMITS, gpus: str | None = None,
+def choose_sandbox(kind: str = "auto", limits: Limits = DEFAULT_LIMITS, gpus: list[str] | None = None,
                    notify: Callable[[str], None] | None = None) -> Sandbox:
     """The strongest tier that works (``auto``), or the one asked for; probed once per call."""
     if kind not in SANDBOX_KINDS:

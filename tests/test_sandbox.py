@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from autorl.frozen import FrozenGuard, run_guarded
-from sandbox import BwrapSandbox, Limits, Mounts, Sandbox, bwrap_works, choose_sandbox, scrubbed_env
+from sandbox import (BwrapSandbox, GpuPool, Limits, Mounts, Sandbox, SandboxError, bwrap_works, choose_sandbox,
+                     scrubbed_env, select_gpus)
 
 BWRAP, WHY_NOT = bwrap_works()
 TIERS = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=WHY_NOT)), "none"]
@@ -228,22 +229,49 @@ def test_running_past_the_wall_budget(tier, layout):
     assert "timed out after 2s" in result.failure_reason(2)
 
 
-def test_bwrap_command_line_for_gpus_and_nested_read_only_checkpoint(tmp_path):
-    sandbox = BwrapSandbox(Limits(), gpus="0,1")
+def test_bwrap_command_line_for_a_trial_gpu_and_nested_read_only_checkpoint(tmp_path):
+    sandbox = BwrapSandbox(Limits(), gpus=["0", "1"])
     run_dir = tmp_path / "node"
-    argv = sandbox.command(["python", "train.py"], run_dir, {"HOME": str(run_dir)},
-                           Mounts(read_only=[tmp_path / "ws", run_dir / "checkpoint"], writable=[run_dir]))
+    env = sandbox.trial_env({"HOME": str(run_dir)}, "1")
+    argv = sandbox.command(["python", "train.py"], run_dir, env,
+                           Mounts(read_only=[tmp_path / "ws", run_dir / "checkpoint"], writable=[run_dir]), gpu="1")
     text = " ".join(argv)
     for flag in ("--unshare-net", "--unshare-pid", "--unshare-user", "--cap-drop ALL", "--die-with-parent",
                  "--new-session", "--clearenv", "--uid 65534"):
         assert flag in text
-    for device in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1"):
+    for device in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"):
         assert f"--dev-bind-try {device} {device}" in text
-    assert "--setenv CUDA_VISIBLE_DEVICES 0,1" in text and "--ro-bind /sys /sys" in text
+    assert "/dev/nvidia0" not in text  # the other GPU belongs to another trial
+    assert "--setenv CUDA_VISIBLE_DEVICES 1" in text and "--ro-bind /sys /sys" in text
     # the writable run dir is bound before the read-only checkpoint inside it, so the checkpoint stays read-only
     assert text.index(f"--bind {run_dir} {run_dir}") < text.index(f"--ro-bind {run_dir / 'checkpoint'}")
     assert argv[-3:] == ["--", "python", "train.py"]
-    assert "/dev/nvidia" not in " ".join(BwrapSandbox(Limits()).command(["x"], run_dir, {}, Mounts()))
+    no_gpu = " ".join(BwrapSandbox(Limits()).command(["x"], run_dir, sandbox.trial_env({}, None), Mounts()))
+    assert "/dev/nvidia" not in no_gpu and "--setenv CUDA_VISIBLE_DEVICES  --" in no_gpu + " --"
+
+
+def test_gpu_selection_and_one_gpu_per_running_trial():
+    assert select_gpus("auto", visible=["0", "1"]) == ["0", "1"] and select_gpus("none", visible=["0"]) == []
+    assert select_gpus("1,0,1", visible=["0", "1"]) == ["1", "0"]
+    with pytest.raises(SandboxError, match="no GPU 2 on this machine; it has 0, 1"):
+        select_gpus("2", visible=["0", "1"])
+    with pytest.raises(SandboxError, match="it has none"):
+        select_gpus("0", visible=[])
+    with pytest.raises(SandboxError, match="use auto, none, or GPU indexes"):
+        select_gpus("first", visible=["0"])
+    pool = GpuPool(["0", "1"])
+    with pool.lease() as first, pool.lease() as second, pool.lease() as third:
+        assert (first, second, third) == ("0", "1", None)  # two trials, two GPUs; a third waits for none
+    with pool.lease() as again:
+        assert again == "0"
+
+
+def test_a_trial_sees_only_its_gpu_in_its_environment(layout):
+    sandbox = Sandbox(Limits(), gpus=["3"])
+    result, out, _ = run_hostile(sandbox, layout, "import os; print('cuda', repr(os.environ['CUDA_VISIBLE_DEVICES']))")
+    assert result.ok and "cuda '3'" in out
+    result, out, _ = run_hostile(Sandbox(Limits()), layout, "import os; print('cuda', repr(os.environ['CUDA_VISIBLE_DEVICES']))")
+    assert "cuda ''" in out
 
 
 def test_choose_sandbox_names_what_it_picked():
