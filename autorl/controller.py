@@ -307,7 +307,7 @@ class Controller:
         except CheckpointError as exc:
             self.fail(node, str(exc))
             return
-        node.val_score, node.val_stderr = result.mean, result.stderr
+        node.val_score, node.val_stderr, node.eval_engine = result.mean, result.stderr, result.engine
         node.status = Status.SUCCEEDED
 
     def eval_items(self, node_id: str | None) -> list[dict]:
@@ -355,7 +355,10 @@ class Controller:
                                self.session_dir / "base")
         self.tree.base_score, self.tree.base_stderr = result.mean, result.stderr
         self.parts.tracker.log_metrics(self.session_run_id, {"base_score": result.mean, "base_stderr": result.stderr})
-        self.observer.message(f"base model: validation {result.mean:.3f} ± {result.stderr:.3f}")
+        if result.engine:
+            self.parts.tracker.set_tags(self.session_run_id, {"autorl.eval_engine": result.engine})
+        engine = f" ({result.engine})" if result.engine else ""
+        self.observer.message(f"base model: validation {result.mean:.3f} ± {result.stderr:.3f}{engine}")
 
     def score_on_test(self) -> None:
         """Score the best node, and the base model, once on the test split."""

@@ -31,6 +31,7 @@ class EvalResult:
     format_rate: float
     seconds: float
     path: Path
+    engine: str = ""  # how the evaluator decoded (e.g. hf, vllm), when it says
 
     def items(self) -> list[dict]:
         return json.loads(self.path.read_text())["items"]
@@ -77,7 +78,7 @@ class FrozenEvaluator:
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
         data = read_eval_output(out)
         return EvalResult(split, data["mean"], data["stderr"], data["n"], data.get("format_rate", float("nan")),
-                          data.get("seconds", result.wall_seconds), out)
+                          data.get("seconds", result.wall_seconds), out, str(data.get("engine", "")))
 
 
 def read_eval_output(path: Path) -> dict:

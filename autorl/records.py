@@ -53,6 +53,7 @@ def node_tags(node: Node) -> dict[str, str]:
         "autorl.findings": dumps([f.to_dict() for f in node.diagnosis]),
         "autorl.comparison": dumps(node.comparison.to_dict()) if node.comparison else "",
         "autorl.verdict": node.comparison.verdict if node.comparison else "",
+        "autorl.eval_engine": node.eval_engine,
     }
     if node.optuna_trial is not None:
         tags["autorl.optuna_trial"] = node.optuna_trial
@@ -102,6 +103,7 @@ def node_from_run(run) -> Node:
         reason=tags.get("autorl.reason", "") if finished else "",
         val_score=metrics.get("val_score") if finished else None,
         val_stderr=metrics.get("val_stderr") if finished else None,
+        eval_engine=tags.get("autorl.eval_engine", "") if finished else "",
         test_score=metrics.get("test_score"),
         test_stderr=metrics.get("test_stderr"),
         train_reward=metrics.get("train_reward"),

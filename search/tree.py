@@ -80,6 +80,7 @@ class Node:
     reason: str = ""  # why it failed, in one line
     val_score: float | None = None
     val_stderr: float | None = None
+    eval_engine: str = ""  # how the evaluator decoded its score (e.g. hf, vllm), when it says
     test_score: float | None = None
     test_stderr: float | None = None
     train_reward: float | None = None

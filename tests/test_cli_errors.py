@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autorl.cli import app
-from conftest import make_template
+from conftest import make_template, run_cli
 
 runner = CliRunner()
 
@@ -89,3 +89,11 @@ def test_a_gpu_that_is_not_there_is_one_line():
     done = run_cli("research", "t", "--gpus", "7", "--stages", "1")
     assert done.returncode == 1 and "no GPU 7 on this machine" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_template_without_its_base_model_says_how_to_give_it_one(tmp_path):
+    assert_clean_error(*invoke("research", "t", "--template", "countdown", "--stages", "1"),
+                       "--base-model HF_ID_OR_FOLDER")
+    assert_clean_error(*invoke("init", str(tmp_path / "c"), "--template", "countdown", "--base-model",
+                               str(tmp_path / "nowhere-no-such-org/x")), "cannot download base model")
+    assert not (tmp_path / "c").exists()  # nothing half-made is left behind

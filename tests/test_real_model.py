@@ -58,6 +58,7 @@ def test_smollm_countdown_session_trains_scores_and_logs(tmp_path, runs_dir):
     node = data["nodes"][0]
     assert data["status"] == "finished" and node["status"] == "succeeded"
     assert 0.0 <= node["val_score"] <= 1.0 and node["steps"] == 2 and node["comparison"]["n"] == 16
+    assert node["eval_engine"] == "hf"  # recorded with the score, in MLflow too
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     assert len(client.get_metric_history(node["mlflow_run_id"], "reward")) == 2
     assert "autorl.findings" in client.get_run(node["mlflow_run_id"]).data.tags

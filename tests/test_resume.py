@@ -34,9 +34,13 @@ def fast_template(tmp_path_factory):
                          evaluate_py="fast_evaluate.py")
 
 
+def read_back(runs_dir, name):
+    """A session as `autorl show --json` prints it (in-process: the CLI itself is tested elsewhere)."""
+    return json.loads(json.dumps(show_session(Tracker.for_runs_dir(runs_dir), name)))
+
+
 def tree_of(runs_dir):
-    """The session as `autorl show --json` reads it back (in-process: the CLI itself is tested elsewhere)."""
-    data = json.loads(json.dumps(show_session(Tracker.for_runs_dir(runs_dir), "s")))
+    data = read_back(runs_dir, "s")
     return data, [(n["id"], n["parent"], n["status"], n["val_score"], json.dumps(n["hyperparameters"], sort_keys=True))
                   for n in data["nodes"]]
 
@@ -105,7 +109,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, out + err
     assert "autorl resume slow" in err
-    data = json.loads(run_cli("show", "slow", "--json").stdout)
+    data = read_back(runs_dir, "slow")
     assert data["status"] == "stopped" and [n["status"] for n in data["nodes"]] == ["succeeded", "interrupted"]
     assert data["nodes"][1]["mlflow_status"] == "KILLED"
     deadline = time.monotonic() + 10
@@ -115,7 +119,7 @@ def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs
 
     resumed = run_cli("resume", "slow")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    data = json.loads(run_cli("show", "slow", "--json").stdout)
+    data = read_back(runs_dir, "slow")
     assert data["status"] == "finished" and [n["id"] for n in data["nodes"]] == ["n001", "n002", "n003"]
     assert all(n["status"] == "succeeded" for n in data["nodes"])
 
