@@ -65,3 +65,9 @@ def test_train_py_uses_the_cpu_it_is_given():
     assert config.use_cpu and not config.bf16 and not config.use_vllm and not config.gradient_checkpointing
     assert config.per_device_train_batch_size == constants["stage"]["completions_per_step"]
     assert train.lora_config(0) is None
+
+
+def test_the_task_doctests():
+    import doctest
+
+    assert doctest.testmod(task).failed == 0  # run here: pytest cannot collect two files named task.py
