@@ -19,12 +19,33 @@ from autorl.errors import FrozenFileError
 from sandbox import RunResult, Sandbox
 
 
-def hash_tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root``, keyed by relative path."""
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(2**24):  # model weights can be many GB: stream them
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_tree(root: Path, known: dict | None = None) -> dict[str, str]:
+    """sha256 of every file under ``root``, keyed by relative path.
+
+    ``known`` maps a path to its last (stat signature, hash): a file whose size, inode,
+    mtime and ctime are unchanged is not read again. ctime cannot be set back by a
+    process, so a write that restores the mtime still changes the signature.
+    """
     hashes = {}
     for path in sorted(root.rglob("*")):
         if path.is_file():
-            hashes[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+            relative = str(path.relative_to(root))
+            stat_ = path.stat()
+            signature = (stat_.st_size, stat_.st_ino, stat_.st_mtime_ns, stat_.st_ctime_ns)
+            if known is not None and relative in known and known[relative][0] == signature:
+                hashes[relative] = known[relative][1]
+                continue
+            hashes[relative] = file_hash(path)
+            if known is not None:
+                known[relative] = (signature, hashes[relative])
     return hashes
 
 
@@ -40,14 +61,20 @@ class FrozenGuard:
     def __init__(self, root: Path, expected: dict[str, str]):
         self.root = root
         self.expected = expected
+        self._seen: dict = {}  # path -> (stat signature, hash): unchanged files are not re-read
+
+    def current(self) -> dict[str, str]:
+        return hash_tree(self.root, self._seen)
 
     @classmethod
     def record(cls, root: Path) -> "FrozenGuard":
         make_read_only(root)
-        return cls(root, hash_tree(root))
+        guard = cls(root, {})
+        guard.expected = guard.current()
+        return guard
 
     def changes(self) -> list[str]:
-        actual = hash_tree(self.root)
+        actual = self.current()
         prefix = self.root.name
         changed = [f"{prefix}/{p} (modified)" for p in self.expected if p in actual and actual[p] != self.expected[p]]
         missing = [f"{prefix}/{p} (deleted)" for p in self.expected if p not in actual]
@@ -56,7 +83,7 @@ class FrozenGuard:
 
     def restore_from(self, pristine: Path) -> None:
         """Put the recorded files back from a pristine copy and remove added ones."""
-        actual = hash_tree(self.root)
+        actual = self.current()
         for relative in set(actual) - set(self.expected):
             (self.root / relative).unlink()
         for relative, digest in self.expected.items():

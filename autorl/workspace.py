@@ -31,7 +31,9 @@ class Workspace:
         with repo.config_writer() as config:
             config.set_value("user", "name", "autorl")
             config.set_value("user", "email", "autorl@localhost")
-        (path / ".gitignore").write_text("__pycache__/\n*.pyc\n")
+        # the base model's weights are frozen and hashed, never edited: keeping them out of git
+        # saves a compressed copy of every (possibly multi-GB) model per session
+        (path / ".gitignore").write_text(f"__pycache__/\n*.pyc\n{template.base_model_dir(path).relative_to(path)}/\n")
         repo.git.add(A=True)
         repo.index.commit(f"template {template.name}")
         return cls(path)

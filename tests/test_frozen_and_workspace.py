@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from autorl import template as templates
@@ -28,7 +30,7 @@ def test_train_script_commits_and_diff(workspace):
     assert "per_device_train_batch_size=64" in workspace.train_script_at(original)
 
 
-@pytest.mark.parametrize("change", ["modify", "delete", "add"])
+@pytest.mark.parametrize("change", ["modify", "modify keeping size and mtime", "delete", "add"])
 def test_guard_detects_every_kind_of_change(workspace, change):
     env = workspace.path / "env"
     guard = FrozenGuard.record(env)
@@ -37,6 +39,12 @@ def test_guard_detects_every_kind_of_change(workspace, change):
     if change == "modify":
         target.chmod(0o644)
         target.write_text(target.read_text() + "\n# tampered\n")
+    elif change.startswith("modify keeping"):  # unchanged files are not re-read: ctime still gives it away
+        before = target.stat()
+        target.chmod(0o644)
+        target.write_text(target.read_text().replace("=", "~", 1))
+        os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert target.stat().st_size == before.st_size and target.stat().st_mtime_ns == before.st_mtime_ns
     elif change == "delete":
         target.unlink()
     else:
@@ -44,3 +52,9 @@ def test_guard_detects_every_kind_of_change(workspace, change):
         (env / "__pycache__" / "task.cpython-311.pyc").write_bytes(b"evil")
     with pytest.raises(FrozenFileError, match="evaluation refused"):
         guard.check()
+
+
+def test_the_base_model_weights_stay_out_of_git(workspace):
+    tracked = workspace.repo.git.ls_files().splitlines()
+    assert "train.py" in tracked and "env/task.py" in tracked
+    assert not [path for path in tracked if path.startswith("env/base_model/")]
