@@ -277,7 +277,7 @@ def show(
     for node in data["nodes"]:
         star = " ★" if node["id"] == best_id else ""
         score = node["reason"][:80] if node["val_score"] is None else f"val {node['val_score']:.3f} ± {node['val_stderr']:.3f}"
-        label = f"{node['id']}{star} [{node['status']}] {score}  [dim]{schedule_text(node['hyperparameters'])}[/]"
+        label = f"{node['id']}{star} {escape('[' + node['status'] + ']')} {escape(score)}  [dim]{schedule_text(node['hyperparameters'])}[/]"
         branches[node["id"]] = branches.get(node["parent"], root).add(label)
     console.print(root)
     if data["best"]:

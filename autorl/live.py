@@ -86,7 +86,7 @@ class LiveView(Observer):
         self.live.start()
 
     def message(self, text: str) -> None:
-        self.console.print(text)
+        self.console.print(text, markup=False, highlight=False)  # error text may hold [brackets]
 
     def stage_started(self, node: Node, tree: Tree) -> None:
         self.current, self.last = node, {}
