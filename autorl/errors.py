@@ -7,7 +7,7 @@ the CLI catches.
 """
 
 from sandbox import SandboxError
-from search.errors import ProposalError, SearchError  # noqa: F401  (re-exported: autorl code raises it too)
+from search.errors import SearchError
 
 
 class AutorlError(Exception):

@@ -11,8 +11,9 @@ import shutil
 from pathlib import Path
 
 from autorl.errors import TemplateError
+from autorl.evaluate import SAFE_SUFFIXES
 
-KEEP = ("*.safetensors", "*.json", "*.jinja", "*.txt", "*.model")
+KEEP = tuple(f"*{suffix}" for suffix in sorted(SAFE_SUFFIXES))  # what a checkpoint may hold, nothing more
 
 
 def parse_source(text: str) -> tuple[str, str | None]:

@@ -15,7 +15,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl.errors import TemplateError
+from autorl.errors import CheckpointError, TemplateError
+from autorl.evaluate import check_checkpoint
 from search.errors import SpaceError
 from search.space import SearchSpace
 
@@ -132,10 +133,10 @@ def check_base_model(path: Path, base_model: Path) -> None:
         raise _broken(path, f"{config} is not valid JSON ({exc}); rebuild the base model with env/prepare.py") from exc
     if not isinstance(data, dict) or "model_type" not in data:
         raise _broken(path, f"{config} has no model_type; save the base model with save_pretrained")
-    if "auto_map" in data:
-        raise _broken(path, f"{config} asks for remote code (auto_map); autorl loads models without trust_remote_code")
-    if not any(base_model.glob("*.safetensors")):
-        raise _broken(path, f"base model {base_model} has no .safetensors weights; save it with safe_serialization")
+    try:  # the rules every checkpoint keeps: safetensors weights, no remote code, no pickles
+        check_checkpoint(base_model)
+    except CheckpointError as exc:
+        raise _broken(path, f"{exc}; save the base model with save_pretrained(safe_serialization=True)") from exc
 
 
 def read_space(path: Path) -> SearchSpace:

@@ -36,10 +36,10 @@ def select_gpus(spec: str, visible: list[str] | None = None) -> list[str]:
     >>> select_gpus("auto", visible=[])
     []
     """
-    visible = visible_gpus() if visible is None else visible
     spec = spec.strip().lower()
     if spec == "none":
         return []
+    visible = visible_gpus() if visible is None else visible
     if spec == "auto":
         return list(visible)
     asked = [part.strip() for part in spec.split(",") if part.strip()]
