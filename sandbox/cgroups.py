@@ -128,6 +128,11 @@ class TrialCgroup:
         for path in self.dirs.values():
             _write(path / "cgroup.procs", pid)
 
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (a warm worker's fork, before it may start) into the group."""
+        for path in self.dirs.values():
+            _write(path / "cgroup.procs", str(pid))
+
     def pids(self) -> list[int]:
         found: set[int] = set()
         for path in self.dirs.values():

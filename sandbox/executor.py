@@ -21,7 +21,7 @@ from typing import Callable
 ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
                "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TERM_GRACE_SECONDS = 5.0
-POLL_SECONDS = 0.25
+POLL_SECONDS = 0.05
 
 
 def scrubbed_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -59,6 +59,8 @@ class RunResult:
     oom_killed: bool = False
     strays: int = 0  # processes left behind by the run and killed after it
     violations: list[str] = field(default_factory=list)  # what the run did that it must not
+    worker: str = "cold"  # how it started: warm (forked from the worker), cold, or cold (retry)
+    notes: list[str] = field(default_factory=list)  # what happened on the way (a lost worker…)
 
     @property
     def ok(self) -> bool:

@@ -44,8 +44,9 @@ from typing import Callable
 
 from sandbox.cgroups import Limits, TrialCgroup, detect as detect_cgroups
 from sandbox.errors import SandboxError
-from sandbox.executor import LocalExecutor, RunResult
+from sandbox.executor import LocalExecutor, RunResult, scrubbed_env
 from sandbox.gpus import GpuPool
+from sandbox.warm import HOST_PROC, WarmWorker, WorkerLost, WorkerPlan
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 NOBODY = 65534
@@ -88,6 +89,7 @@ class Sandbox:
         self.cgroups = detect_cgroups()
         self.drop_uid = os.geteuid() == 0 and readable_by_others(Path(sys.executable))
         self.executor = LocalExecutor()
+        self.worker: WarmWorker | None = None
         if self.cgroups is None:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a trial become ours, so the sweep finds them
 
@@ -123,9 +125,44 @@ class Sandbox:
         """The trial's environment with only its own GPU visible to CUDA (none: empty)."""
         return {**env, "CUDA_VISIBLE_DEVICES": gpu or ""}
 
+    # -- the warm worker --------------------------------------------------------------------
+
+    def start_worker(self, plan: WorkerPlan) -> WarmWorker:
+        """Start a warm worker that later runs are forked from (see ``sandbox/warm.py``);
+        it imports in the background while the caller goes on."""
+        for root in plan.hidden_roots:
+            root.mkdir(parents=True, exist_ok=True)
+        drop = self.drop_uid and self.tier == "none"
+        home = Path("/tmp/autorl-home") if self.tier == "bwrap" else plan.home / "home"
+        if drop:
+            home.mkdir(parents=True, exist_ok=True)
+            os.chown(home, NOBODY, NOBODY)
+        env = self.trial_env(scrubbed_env(home), None)
+        self.stop_worker()
+        self.worker = WarmWorker(plan, lambda argv, env_: self.worker_command(argv, env_, plan), env,
+                                 isolate=self.tier == "bwrap", drop_uid=drop)
+        self.worker.start()
+        return self.worker
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+    def worker_command(self, argv: list[str], env: dict[str, str], plan: WorkerPlan) -> list[str]:
+        return argv
+
+    # -- running ------------------------------------------------------------------------------
+
     def run(self, argv: list[str], cwd: Path, wall_seconds: float, env: dict[str, str], mounts: Mounts,
-            log_prefix: str = "", on_poll: Callable[[], None] | None = None) -> RunResult:
-        """Run ``argv`` under this tier, then kill whatever it left running."""
+            log_prefix: str = "", on_poll: Callable[[], None] | None = None,
+            on_retry: Callable[[], None] | None = None) -> RunResult:
+        """Run ``argv`` under this tier, then kill whatever it left running.
+
+        Through the warm worker when there is one that can show the run its paths; if the
+        worker (not the run) fails, ``on_retry`` clears what the attempt wrote and the run
+        is retried once cold, its result saying so.
+        """
         cgroup = TrialCgroup.create(f"trial-{uuid.uuid4().hex[:12]}", self.limits) if self.cgroups else None
         if self.drop_uid and self.tier == "none":
             for path in mounts.writable:
@@ -133,8 +170,8 @@ class Sandbox:
         try:
             with self.gpus.lease() as gpu:
                 env = self.trial_env(env, gpu)
-                result = self.executor.run(self.command(argv, cwd, env, mounts, gpu), cwd, wall_seconds, env,
-                                           log_prefix, on_poll, preexec_fn=self._preexec(cgroup))
+                result = self._launch(argv, cwd, wall_seconds, env, mounts, gpu, cgroup, log_prefix, on_poll,
+                                      on_retry)
             result.tier = self.tier
             result.strays = cgroup.kill_all() if cgroup else sweep_orphans()
             if cgroup:
@@ -144,6 +181,26 @@ class Sandbox:
         finally:
             if cgroup:
                 cgroup.remove()
+        return result
+
+    def _launch(self, argv, cwd, wall_seconds, env, mounts, gpu, cgroup, log_prefix, on_poll, on_retry) -> RunResult:
+        lost = None
+        if self.worker is not None and self.worker.covers(argv, mounts):
+            try:
+                return self.worker.run(argv, cwd, wall_seconds, env, mounts, cwd / f"{log_prefix}stdout.log",
+                                       cwd / f"{log_prefix}stderr.log", gpu, self.gpus.gpus,
+                                       on_started=cgroup.add if cgroup else lambda pid: None, on_poll=on_poll)
+            except WorkerLost as exc:
+                lost = f"warm worker lost ({exc}); retried cold"
+                self.worker.stop()  # started afresh for the next run
+                if cgroup:
+                    cgroup.kill_all()
+                if on_retry:
+                    on_retry()
+        result = self.executor.run(self.command(argv, cwd, env, mounts, gpu), cwd, wall_seconds, env,
+                                   log_prefix, on_poll, preexec_fn=self._preexec(cgroup))
+        if lost:
+            result.worker, result.notes = "cold (retry)", [lost]
         return result
 
     def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
@@ -189,8 +246,28 @@ class BwrapSandbox(Sandbox):
             args += ["--dev-bind-try", device, device]
         return args + ["--ro-bind", "/sys", "/sys"]
 
+    def worker_command(self, argv: list[str], env: dict[str, str], plan: WorkerPlan) -> list[str]:
+        """The worker sees what any of its runs may see, each hidden root whole and
+        writable (a run sees only its own paths in it), every session GPU, and the host
+        ``/proc`` at a hidden path (the kernel lets a run mount its own ``/proc`` only when
+        an unobstructed one is in view; each run covers it)."""
+        from sandbox import zygote
+
+        package = Path(zygote.__file__).resolve().parent
+        mounts = Mounts(read_only=[*plan.visible, package], writable=[*plan.hidden_roots])
+        devices = []
+        for gpu in self.gpus.gpus:
+            devices += self.gpu_binds(gpu)
+        extra = ["--ro-bind", "/proc", HOST_PROC, *self._dedupe_binds(devices)]
+        return self.command(argv, Path("/"), env, mounts, extra=extra)
+
+    @staticmethod
+    def _dedupe_binds(args: list[str]) -> list[str]:
+        triples = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)]
+        return [part for triple in dict.fromkeys(triples) for part in triple]
+
     def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
-                gpu: str | None = None) -> list[str]:
+                gpu: str | None = None, extra: list[str] = ()) -> list[str]:
         args = ["bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
@@ -205,7 +282,7 @@ class BwrapSandbox(Sandbox):
             args += ["--bind", str(path), str(path)]
         for path in nested:  # a read-only checkpoint inside a writable run directory
             args += ["--ro-bind", str(path), str(path)]
-        args += self.gpu_binds(gpu) + ["--chdir", str(cwd), "--clearenv"]
+        args += self.gpu_binds(gpu) + list(extra) + ["--chdir", str(cwd), "--clearenv"]
         for key, value in sorted(env.items()):
             args += ["--setenv", key, value]
         return args + ["--", *argv]
