@@ -273,6 +273,7 @@ def become_init(request: dict, channel: socket.socket, stdout_fd: int, stderr_fd
     """PID 1 of the run's namespace: its own /proc, then the run as PID 2."""
     code = 70
     try:
+        ns.prctl(ns.PR_SET_PDEATHSIG, signal.SIGKILL)  # the monitor's death ends the namespace
         ns.mount("proc", "/proc", "proc", ns.MS_NOSUID | ns.MS_NODEV | ns.MS_NOEXEC | ns.MS_RDONLY)
         for path in request.get("hidden_procs", []):
             ns.tmpfs(path, read_only=True)

@@ -1,8 +1,10 @@
-"""Hostile runs, one per property, against each sandbox tier this machine offers.
+"""Hostile runs, one per property, against each sandbox tier this machine offers, each
+started cold (a fresh interpreter) and warm (forked from the session's worker).
 
 Tier A (bubblewrap) must block every attack. Tier D (no namespaces) must bound time,
 memory and processes and detect tampering; what it cannot stop (network, host sockets,
-files readable by this user) it must say it does not guarantee.
+files readable by this user) it must say it does not guarantee. A warm start must
+guarantee all a cold one does, and leave the worker untouched by the runs it serves.
 """
 
 import os
@@ -17,12 +19,16 @@ from pathlib import Path
 import pytest
 
 from autorl.frozen import FrozenGuard, run_guarded
+from sandbox.warm import WorkerPlan
 from sandbox import (BwrapSandbox, GpuPool, Limits, Mounts, Sandbox, SandboxError, bwrap_works, choose_sandbox,
                      scrubbed_env, select_gpus)
 
 BWRAP, WHY_NOT = bwrap_works()
-TIERS = [pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP, reason=WHY_NOT)), "none"]
+WORKERS = ("cold", "warm")
+TIERS = [pytest.param(f"{tier}-{worker}", marks=pytest.mark.skipif(tier == "bwrap" and not BWRAP, reason=WHY_NOT))
+         for tier in ("bwrap", "none") for worker in WORKERS]
 MARKER = "autorl-hostile-marker-7f3a"
+SANDBOXES: list[Sandbox] = []
 
 
 @pytest.fixture
@@ -39,21 +45,39 @@ def layout(tmp_path):
             "guard": guard, "root": tmp_path}
 
 
-def make_sandbox(tier: str, limits: Limits = Limits(memory_bytes=512 * 2**20, pids=64)) -> Sandbox:
-    return BwrapSandbox(limits) if tier == "bwrap" else Sandbox(limits)
+def make_sandbox(tier: str, limits: Limits = Limits(memory_bytes=512 * 2**20, pids=64), layout: dict | None = None,
+                 **kwargs) -> Sandbox:
+    """``bwrap-warm`` and the like: the tier, and whether runs fork from a warm worker
+    (which then serves the ``layout``'s run folder and shows its workspace)."""
+    kind, _, worker = tier.partition("-")
+    sandbox = BwrapSandbox(limits, **kwargs) if kind == "bwrap" else Sandbox(limits, **kwargs)
+    if worker == "warm":
+        plan = WorkerPlan(preload=[{"paths": [], "modules": ["json"]}], hidden_roots=[layout["run"]],
+                          visible=[layout["workspace"]], watch=[layout["workspace"] / "env"],
+                          home=layout["root"] / "worker")
+        sandbox.start_worker(plan).wait_ready()
+        SANDBOXES.append(sandbox)
+    return sandbox
 
 
-def run_hostile(sandbox: Sandbox, layout: dict, code: str, wall: float = 60):
+def run_hostile(sandbox: Sandbox, layout: dict, code: str, wall: float = 60, expect_warm: bool = True):
+    """Run ``code`` as a script from the workspace, the run folder writable."""
     run_dir = layout["run"]
+    script = layout["workspace"] / f"hostile_{time.monotonic_ns()}.py"
+    script.write_text(textwrap.dedent(code))
     mounts = Mounts(read_only=[layout["workspace"]], writable=[run_dir])
-    result = run_guarded(sandbox, layout["guard"], layout["pristine"], [sys.executable, "-c", textwrap.dedent(code)],
+    result = run_guarded(sandbox, layout["guard"], layout["pristine"], [sys.executable, str(script)],
                          cwd=run_dir, wall_seconds=wall, env=scrubbed_env(run_dir), mounts=mounts)
+    if sandbox.worker is not None and expect_warm:
+        assert result.worker == "warm", result.notes
     return result, result.stdout_path.read_text(), result.stderr_path.read_text()
 
 
 @pytest.fixture(autouse=True)
 def no_stray_processes():
     yield
+    while SANDBOXES:
+        SANDBOXES.pop().stop_worker()
     time.sleep(0.2)
     left = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True).stdout.split()
     assert not left, f"processes survived the test: {left}"
@@ -62,7 +86,7 @@ def no_stray_processes():
 @pytest.mark.parametrize("tier", TIERS)
 def test_write_into_the_frozen_env(tier, layout):
     task = layout["workspace"] / "env" / "task.py"
-    result, out, err = run_hostile(make_sandbox(tier), layout, f"""
+    result, out, err = run_hostile(make_sandbox(tier, layout=layout), layout, f"""
         import os
         path = {str(task)!r}
         os.chmod(path, 0o644)
@@ -70,7 +94,7 @@ def test_write_into_the_frozen_env(tier, layout):
         print("wrote")
     """)
     assert task.read_text() == "ANSWER = 42\n"  # blocked, or put back
-    if tier == "bwrap":
+    if tier.startswith("bwrap"):
         assert "Read-only file system" in err and not result.ok
         assert result.violations == []
     else:
@@ -89,7 +113,7 @@ def test_tcp_connection_to_a_loopback_server(tier, layout):
     got, stop = [], threading.Event()
     thread = threading.Thread(target=lambda: got.append(_accept(server, stop)), daemon=True)
     thread.start()
-    sandbox = make_sandbox(tier)
+    sandbox = make_sandbox(tier, layout=layout)
     _, out, _ = run_hostile(sandbox, layout, f"""
         import socket
         try:
@@ -101,7 +125,7 @@ def test_tcp_connection_to_a_loopback_server(tier, layout):
     stop.set()  # the trial has ended: whatever was going to connect has connected
     thread.join(5)
     server.close()
-    if tier == "bwrap":
+    if tier.startswith("bwrap"):
         assert "blocked" in out and got == [None]
     else:  # the fallback tier says it leaves the network open; the server did receive the bytes
         assert "connected" in out and got == [MARKER[:6].encode()]
@@ -127,7 +151,7 @@ def test_connect_to_a_host_unix_socket(tier, layout):
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
     server.listen(1)
-    sandbox = make_sandbox(tier)
+    sandbox = make_sandbox(tier, layout=layout)
     _, out, _ = run_hostile(sandbox, layout, f"""
         import socket
         s = socket.socket(socket.AF_UNIX)
@@ -138,7 +162,7 @@ def test_connect_to_a_host_unix_socket(tier, layout):
             print("blocked", exc)
     """)
     server.close()
-    if tier == "bwrap":
+    if tier.startswith("bwrap"):
         assert "blocked" in out
     else:
         assert "connected" in out and not sandbox.guarantees()["no network, no host unix sockets"]
@@ -149,7 +173,7 @@ def test_secret_in_the_environment_and_in_proc_environ(tier, layout, monkeypatch
     monkeypatch.setenv("OPENAI_API_KEY", MARKER)
     decoy = subprocess.Popen(["sleep", "30"], env={**os.environ, "CONTROLLER_SECRET": MARKER})  # a process holding it
     try:
-        sandbox = make_sandbox(tier)
+        sandbox = make_sandbox(tier, layout=layout)
         _, out, _ = run_hostile(sandbox, layout, f"""
             import os, glob
             hits = [k for k, v in os.environ.items() if {MARKER!r} in v]
@@ -167,12 +191,12 @@ def test_secret_in_the_environment_and_in_proc_environ(tier, layout, monkeypatch
     assert "OPENAI_API_KEY" not in out  # never in the trial's own environment, in any tier
     # tier A always hides it; tier D hides it exactly when it says so (a UID drop), and the test sees which
     assert ("hits []" in out) == sandbox.guarantees()["controller's environment and /proc hidden"]
-    assert tier != "bwrap" or "hits []" in out
+    assert not tier.startswith("bwrap") or "hits []" in out
 
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_read_a_secret_file_outside_the_run_dir(tier, layout):
-    sandbox = make_sandbox(tier)
+    sandbox = make_sandbox(tier, layout=layout)
     _, out, _ = run_hostile(sandbox, layout, f"""
         try:
             print("read", open({str(layout["secret"])!r}).read())
@@ -181,7 +205,7 @@ def test_read_a_secret_file_outside_the_run_dir(tier, layout):
     """)
     # tier A always hides it; tier D hides it exactly when it says so (a UID drop; the file's folder is private)
     assert (MARKER not in out) == sandbox.guarantees()["secret files invisible"]
-    assert tier != "bwrap" or "blocked" in out
+    assert not tier.startswith("bwrap") or "blocked" in out
 
 
 needs_cgroups = pytest.mark.skipif(Sandbox(Limits()).cgroups is None, reason="no writable cgroup on this machine")
@@ -190,7 +214,7 @@ needs_cgroups = pytest.mark.skipif(Sandbox(Limits()).cgroups is None, reason="no
 @needs_cgroups
 @pytest.mark.parametrize("tier", TIERS)
 def test_allocate_past_the_memory_limit(tier, layout):
-    result, out, _ = run_hostile(make_sandbox(tier), layout, f"""
+    result, out, _ = run_hostile(make_sandbox(tier, layout=layout), layout, f"""
         # {MARKER}
         blocks = []
         for _ in range(64):
@@ -205,7 +229,7 @@ def test_allocate_past_the_memory_limit(tier, layout):
 @pytest.mark.parametrize("tier", TIERS)
 def test_a_setsid_child_left_sleeping_does_not_survive(tier, layout):
     pid_file = layout["run"] / "child.pid"
-    result, _, _ = run_hostile(make_sandbox(tier), layout, f"""
+    result, _, _ = run_hostile(make_sandbox(tier, layout=layout), layout, f"""
         import os, sys, time
         if os.fork() == 0:
             os.setsid()
@@ -221,7 +245,7 @@ def test_a_setsid_child_left_sleeping_does_not_survive(tier, layout):
 
 @pytest.mark.parametrize("tier", TIERS)
 def test_running_past_the_wall_budget(tier, layout):
-    result, _, _ = run_hostile(make_sandbox(tier), layout, f"""
+    result, _, _ = run_hostile(make_sandbox(tier, layout=layout), layout, f"""
         import time  # {MARKER}
         time.sleep(120)
     """, wall=2)
@@ -281,3 +305,116 @@ def test_choose_sandbox_names_what_it_picked():
     else:
         warnings = []
         assert choose_sandbox("auto", notify=warnings.append).tier == "none" and "WITHOUT isolation" in warnings[0]
+
+
+WARM_TIERS = [t for t in TIERS if t.values[0].endswith("-warm")]
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS)
+def test_a_warm_run_can_neither_reach_the_worker_nor_leave_state_for_the_next_run(tier, layout):
+    sandbox = make_sandbox(tier, layout=layout)
+    worker_pid = sandbox.worker.process.pid
+    leak = Path("/tmp") / f"leak-{MARKER}"
+    hidden = sandbox.guarantees()["controller's environment and /proc hidden"]
+    try:  # where the worker is not hidden (tier D without a UID drop) the run may kill it: it is replaced
+        first, out, _ = run_hostile(sandbox, layout, expect_warm=hidden, code=f"""
+            import json, os, signal
+            json.POISONED = True
+            open({str(leak)!r}, "w").write("left for the next run")
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                if int(pid) == os.getpid():  # a fork of the worker: its command line is the worker's
+                    continue
+                try:
+                    if b"sandbox.zygote" in open(f"/proc/{{pid}}/cmdline", "rb").read():
+                        os.kill(int(pid), signal.SIGKILL)
+                        print("killed the worker")
+                except OSError as exc:
+                    print("refused", exc)
+        """)
+        assert first.ok
+        if hidden:  # the worker is out of sight (tier A) or out of reach (another UID)
+            assert sandbox.worker.alive() and sandbox.worker.process.pid == worker_pid
+        second, out, _ = run_hostile(sandbox, layout, f"""
+            import json, os
+            print("poisoned", hasattr(json, "POISONED"), "leak", os.path.exists({str(leak)!r}))
+        """)
+        assert second.ok and "poisoned False" in out  # forked from the worker, not from the first run
+        if tier.startswith("bwrap"):
+            assert "leak False" in out
+    finally:
+        leak.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS)
+def test_a_warm_run_sees_only_its_own_folder_of_the_session(tier, layout):
+    other = layout["run"] / "other-node"
+    own = layout["run"] / "own-node"
+    for folder in (other, own):
+        folder.mkdir()
+    (other / "secret.txt").write_text(MARKER)
+    sandbox = make_sandbox(tier, layout=layout)
+    script = layout["workspace"] / "peek.py"
+    script.write_text(textwrap.dedent(f"""
+        import os
+        print("listing", sorted(os.listdir({str(layout["run"])!r})))
+        try:
+            print("read", open({str(other / "secret.txt")!r}).read())
+        except OSError as exc:
+            print("blocked", exc)
+        open("mine.txt", "w").write("ok")
+    """))
+    result = sandbox.run([sys.executable, str(script)], own, 60, scrubbed_env(own),
+                         Mounts(read_only=[layout["workspace"]], writable=[own]))
+    out = result.stdout_path.read_text()
+    assert result.ok and result.worker == "warm" and (own / "mine.txt").read_text() == "ok"
+    if tier.startswith("bwrap"):
+        assert "listing ['own-node']" in out and "blocked" in out and MARKER not in out
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS)
+def test_a_worker_lost_mid_run_is_replaced_and_the_run_retried_cold(tier, layout):
+    sandbox = make_sandbox(tier, layout=layout)
+    attempts = layout["run"] / "attempts"
+    retried = []
+    script = layout["workspace"] / "slow.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        with open({str(attempts)!r}, "a") as handle:
+            handle.write("attempt\\n")
+        time.sleep(3)
+        print("---")
+        print("status: ok")
+    """))
+
+    def kill_worker_once_started():
+        deadline = time.monotonic() + 30
+        while not attempts.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(sandbox.worker.process.pid, 9)
+
+    killer = threading.Thread(target=kill_worker_once_started)
+    killer.start()
+    result = run_guarded(sandbox, layout["guard"], layout["pristine"], [sys.executable, str(script)],
+                         cwd=layout["run"], wall_seconds=60, env=scrubbed_env(layout["run"]),
+                         mounts=Mounts(read_only=[layout["workspace"]], writable=[layout["run"]]),
+                         on_retry=lambda: retried.append(True))
+    killer.join()
+    assert result.ok and result.footer == {"status": "ok"}
+    assert result.worker == "cold (retry)" and "warm worker lost" in result.notes[0] and retried == [True]
+    assert attempts.read_text().count("attempt") == 2
+    again, _, _ = run_hostile(sandbox, layout, "print('fresh worker')")  # a new worker serves the next run
+    assert again.ok and again.worker == "warm"
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS)
+def test_a_worker_whose_imports_changed_is_restarted_before_the_next_run(tier, layout):
+    sandbox = make_sandbox(tier, layout=layout)
+    first, _, _ = run_hostile(sandbox, layout, "print('one')")
+    starts = sandbox.worker.starts
+    time.sleep(0.01)
+    (layout["workspace"] / "env" / "task.py").chmod(0o644)
+    (layout["workspace"] / "env" / "task.py").write_text("ANSWER = 43\n")  # what the worker imported changed
+    assert sandbox.worker.stale()
+    layout["guard"].restore_from(layout["pristine"])
+    second, out, _ = run_hostile(sandbox, layout, "print('two')")
+    assert first.ok and second.ok and "two" in out and sandbox.worker.starts == starts + 1
