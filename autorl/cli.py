@@ -75,6 +75,7 @@ def research(
     seed: int = option("seed", "--seed"),
     max_depth: int = option("max_depth", "--max-depth"),
     sandbox: str = option("sandbox", "--sandbox"),
+    workers: str = option("workers", "--workers"),
     trial_memory: float = option("trial_memory_gb", "--trial-memory"),
     gpus: str = option("gpus", "--gpus"),
     approve: str = typer.Option("none", "--approve", help="none | edits | all: which proposals wait for you in the TUI."),
@@ -103,7 +104,8 @@ def research(
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, trial_memory_gb=trial_memory, gpus=gpus,
+        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
+        gpus=gpus,
         runs_dir=runs, tracking_uri=tracker.uri,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,

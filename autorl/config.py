@@ -68,6 +68,8 @@ class SessionConfig(BaseModel):
     max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, gt=0, description="Memory limit of one trial (its cgroup), in GiB.")
+    workers: str = Field("warm", description="How trials start: warm (forked from a worker that imported the "
+                         "training stack once; falls back to cold where it cannot) or cold (a fresh interpreter each).")
     gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
                                            "each running trial gets one.")
     runs_dir: Path
@@ -98,6 +100,13 @@ class SessionConfig(BaseModel):
     def _known_strategy(cls, value: str) -> str:
         if value not in STRATEGIES:
             raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _known_workers(cls, value: str) -> str:
+        if value not in ("warm", "cold"):
+            raise ValueError(f"unknown workers {value!r}; choose warm or cold")
         return value
 
     @field_validator("sandbox")

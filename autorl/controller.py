@@ -29,6 +29,7 @@ from autorl.plots import plot_curves
 from autorl.spec import TrialSpec
 from autorl.stage import StageOutcome, StageRunner
 from autorl.template import Template
+from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
 from search.policy import BestFirstPolicy
@@ -75,6 +76,8 @@ class Controller:
         self.rejected_proposals = 0
         self.status = "running"
         self.reason = ""
+        self.phase = ""  # of the running stage: starting, training, saving, evaluating
+        self.productive = sum(productive_seconds(n.timing) for n in self.tree.nodes.values())
 
     @property
     def session_dir(self) -> Path:
@@ -136,12 +139,17 @@ class Controller:
     def launch(self, node: Node, outcome: StageOutcome | None = None) -> Node:
         """Train (unless ``outcome`` says it already did), score, diagnose and record a node."""
         self.observer.stage_started(node, self.tree)
+        started_at = utc_now()
         outcome = outcome or self.train(node)
         faults.point("trained")
+        node.timing = {**outcome.timing, "started_at": started_at}
         if outcome.ok:
+            self.set_phase(node, "evaluating")
             self.score(node, outcome.checkpoint)
         else:
             self.fail(node, outcome.reason)
+        node.timing["ended_at"] = utc_now()
+        self.productive += productive_seconds(node.timing)
         faults.point("evaluated")
         self.diagnose(node, outcome)
         self.parts.proposer.observe(self.tree, node)
@@ -282,6 +290,7 @@ class Controller:
             seed=node.seed,
             wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
         )
+        self.set_phase(node, "starting")
         outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record),
                                         should_stop=self.gate.stop_requested.is_set)
         self.apply_outcome(node, outcome)
@@ -289,10 +298,21 @@ class Controller:
 
     def on_step(self, node: Node, record: dict) -> None:
         faults.point("mid_training")
+        if TRAINED_KEY in record:
+            self.set_phase(node, "saving")
+        elif self.phase == "starting":
+            self.set_phase(node, "training")
         self.observer.step(node, record)
+
+    def set_phase(self, node: Node, phase: str) -> None:
+        self.phase = phase
+        self.observer.stage_phase(node, phase)
 
     def apply_outcome(self, node: Node, outcome: StageOutcome) -> None:
         node.seconds = outcome.result.wall_seconds if outcome.result else 0.0
+        node.worker = outcome.result.worker if outcome.result else ""
+        for note in outcome.result.notes if outcome.result else []:
+            self.observer.message(f"{node.id}: {note}")
         node.steps = max((int(r.get("step", 0)) for r in outcome.records), default=0)
         rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
         node.train_reward = rewards[-1] if rewards else None
@@ -308,6 +328,7 @@ class Controller:
             self.fail(node, str(exc))
             return
         node.val_score, node.val_stderr, node.eval_engine = result.mean, result.stderr, result.engine
+        node.timing.update(eval_timing(result))
         node.status = Status.SUCCEEDED
 
     def eval_items(self, node_id: str | None) -> list[dict]:
@@ -347,13 +368,21 @@ class Controller:
         tracker.set_tags(run_id, records.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
         tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed,
-                                                  "stages_spent": self.budget.spent_stages}, step=len(self.tree.nodes))
+                                                  "stages_spent": self.budget.spent_stages, **self.overhead()},
+                            step=len(self.tree.nodes))
+
+    def overhead(self) -> dict[str, float]:
+        """The share of the session's wall time not spent in GRPO steps or evaluation generation."""
+        elapsed = self.budget.elapsed
+        share = max(0.0, 1.0 - self.productive / elapsed) if elapsed > 0 else 0.0
+        return {"productive_seconds": round(self.productive, 3), "overhead_share": round(share, 4)}
 
     def score_base(self) -> None:
         """The base model's validation score: the reference every stage is compared to."""
         result = self.evaluate(self.template.base_model_dir(self.parts.workspace.path), "validation",
                                self.session_dir / "base")
         self.tree.base_score, self.tree.base_stderr = result.mean, result.stderr
+        self.productive += eval_timing(result)["eval_generation_s"]
         self.parts.tracker.log_metrics(self.session_run_id, {"base_score": result.mean, "base_stderr": result.stderr})
         if result.engine:
             self.parts.tracker.set_tags(self.session_run_id, {"autorl.eval_engine": result.engine})
@@ -369,6 +398,7 @@ class Controller:
         test = self.evaluate(self.node_dir(best.id) / "checkpoint", "test", self.node_dir(best.id))
         base = self.evaluate(self.template.base_model_dir(self.parts.workspace.path), "test", self.session_dir / "base")
         best.test_score, best.test_stderr = test.mean, test.stderr
+        self.productive += eval_timing(test)["eval_generation_s"] + eval_timing(base)["eval_generation_s"]
         tracker = self.parts.tracker
         tracker.log_metrics(best.mlflow_run_id, {"test_score": test.mean, "test_stderr": test.stderr})
         tracker.log_artifacts(best.mlflow_run_id, [test.path])
@@ -386,14 +416,21 @@ class Controller:
         self.status, self.reason = status, reason
         tracker = self.parts.tracker
         tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
-                                                  "session_seconds": self.budget.elapsed})
+                                                  "session_seconds": self.budget.elapsed, **self.overhead()})
         for node in self.tree.nodes.values():
             if node.status == Status.RUNNING:  # cut short: `resume` trains it again
                 node.status = Status.INTERRUPTED
                 tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted", "autorl.reason": reason})
                 tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
         tracker.end_session(self.session_run_id, status, reason)
+        self.parts.runner.sandbox.stop_worker()
         if self.lock is not None:
             self.lock.release()
         self.observer.session_finished(self.tree, status, reason)
 
+
+def eval_timing(result: EvalResult) -> dict[str, float]:
+    """``eval_s`` the evaluator's process launch to exit, ``eval_generation_s`` its decoding
+    (or, when it does not say, its own in-process time)."""
+    generation = result.generation_seconds if result.generation_seconds is not None else result.seconds
+    return {"eval_s": round(result.wall_seconds, 3), "eval_generation_s": round(float(generation), 3)}

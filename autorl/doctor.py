@@ -13,7 +13,7 @@ Check = tuple[str, "bool | None", str]  # title, ok (None: not applicable), deta
 
 
 def sandbox_checks(kind: str) -> Iterator[Check]:
-    from sandbox import SandboxError, choose_sandbox
+    from sandbox import SandboxError, choose_sandbox, warm_works
 
     warnings: list[str] = []
     try:
@@ -26,6 +26,7 @@ def sandbox_checks(kind: str) -> Iterator[Check]:
         yield f"  {guarantee}", held, "yes" if held else "NO"
     cgroups = sandbox.cgroups or "none writable"
     yield "  cgroups", sandbox.cgroups is not None, f"{cgroups}; per-trial limits {sandbox.limits.describe()}"
+    yield ("  warm workers", *warm_works(sandbox))
 
 
 def gpu_checks() -> Iterator[Check]:

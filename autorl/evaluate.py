@@ -32,6 +32,9 @@ class EvalResult:
     seconds: float
     path: Path
     engine: str = ""  # how the evaluator decoded (e.g. hf, vllm), when it says
+    wall_seconds: float = 0.0  # launch to exit of the evaluator's process
+    generation_seconds: float | None = None  # decoding alone, when the evaluator says
+    worker: str = ""  # how its process started (warm, cold)
 
     def items(self) -> list[dict]:
         return json.loads(self.path.read_text())["items"]
@@ -77,8 +80,11 @@ class FrozenEvaluator:
         if not result.ok or not out.is_file():
             raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
         data = read_eval_output(out)
+        generation = data.get("generation_seconds")
         return EvalResult(split, data["mean"], data["stderr"], data["n"], data.get("format_rate", float("nan")),
-                          data.get("seconds", result.wall_seconds), out, str(data.get("engine", "")))
+                          data.get("seconds", result.wall_seconds), out, str(data.get("engine", "")),
+                          result.wall_seconds, float(generation) if isinstance(generation, (int, float)) else None,
+                          result.worker)
 
 
 def read_eval_output(path: Path) -> dict:

@@ -54,6 +54,7 @@ class LiveView(Observer):
         self.tree: Tree | None = None
         self.current: Node | None = None
         self.last: dict = {}
+        self.phase = ""
         self.live = Live(console=console, refresh_per_second=4, transient=True)
 
     def render(self):
@@ -70,7 +71,7 @@ class LiveView(Observer):
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
         if self.current is not None and self.current.status == Status.RUNNING:
             status.append(
-                f"| {self.current.id}: step {self.last.get('step', 0)}/{self.current.hyperparameters.get('max_steps', '?')}"
+                f"| {self.current.id} {self.phase}: step {self.last.get('step', 0)}/{self.current.hyperparameters.get('max_steps', '?')}"
                 f" reward {fmt(self.last.get('reward'))} entropy {fmt(self.last.get('entropy'))}",
                 style="cyan",
             )
@@ -90,6 +91,10 @@ class LiveView(Observer):
 
     def stage_started(self, node: Node, tree: Tree) -> None:
         self.current, self.last = node, {}
+        self.refresh()
+
+    def stage_phase(self, node: Node, phase: str) -> None:
+        self.current, self.phase = node, phase
         self.refresh()
 
     def step(self, node: Node, record: dict) -> None:

@@ -24,6 +24,9 @@ class Observer:
 
     def stage_started(self, node: Node, tree: Tree) -> None: ...
 
+    def stage_phase(self, node: Node, phase: str) -> None:
+        """The running stage moved on: starting, training, saving or evaluating."""
+
     def step(self, node: Node, record: dict) -> None: ...
 
     def stage_finished(self, node: Node, tree: Tree) -> None: ...

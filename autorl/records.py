@@ -54,6 +54,8 @@ def node_tags(node: Node) -> dict[str, str]:
         "autorl.comparison": dumps(node.comparison.to_dict()) if node.comparison else "",
         "autorl.verdict": node.comparison.verdict if node.comparison else "",
         "autorl.eval_engine": node.eval_engine,
+        "autorl.worker": node.worker,
+        "autorl.timing": dumps(node.timing) if node.timing else "",
     }
     if node.optuna_trial is not None:
         tags["autorl.optuna_trial"] = node.optuna_trial
@@ -69,6 +71,7 @@ def node_metrics(node: Node) -> dict[str, float]:
         values.update(val_score=node.val_score, val_stderr=node.val_stderr)
     if node.train_reward is not None:
         values["train_reward"] = node.train_reward
+    values.update({f"timing_{key}": value for key, value in node.timing.items() if isinstance(value, (int, float))})
     return values
 
 
@@ -121,4 +124,6 @@ def node_from_run(run) -> Node:
         diagnosis=[Finding.from_dict(f) for f in _loads(tags.get("autorl.findings"), [])] if finished else [],
         comparison=Comparison(**comparison) if comparison and finished else None,
         frozen_violation=tags.get("autorl.frozen_violation") == "True",
+        worker=tags.get("autorl.worker", ""),
+        timing=_loads(tags.get("autorl.timing"), {}),
     )

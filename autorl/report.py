@@ -36,6 +36,8 @@ def session_summary(run) -> dict[str, Any]:
         "best_test_stderr": metrics.get("best_test_stderr"),
         "base_test_score": metrics.get("base_test_score"),
         "seconds": metrics.get("session_seconds"),
+        "productive_seconds": metrics.get("productive_seconds"),
+        "overhead_share": metrics.get("overhead_share"),
         "stages_spent": int(metrics.get("stages_spent", 0)),
         "started": run.info.start_time,
         "mlflow_run_id": run.info.run_id,

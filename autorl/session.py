@@ -26,6 +26,7 @@ from autorl.observer import Observer
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
+from autorl.workers import worker_plan
 from autorl.workspace import Workspace
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox, select_gpus
 from search import study as optuna_study
@@ -132,6 +133,8 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     """The controller and its collaborators, for a new session or a resumed one."""
     observer = observer or Observer()
     pristine = template.path / "env"
+    if config.workers == "warm":
+        stores.sandbox.start_worker(worker_plan(config, template, stores.workspace.path))
     proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,
                              tracer=partial(stores.tracker.llm_span, stores.run_id, config.name))
     parts = Collaborators(

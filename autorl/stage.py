@@ -12,6 +12,7 @@ from autorl import faults
 from autorl.curves import read_records
 from autorl.frozen import FrozenGuard, run_guarded
 from autorl.spec import TrialSpec
+from autorl.timing import StageClock
 from sandbox import Mounts, RunResult, Sandbox, parse_footer, scrubbed_env
 
 
@@ -22,6 +23,11 @@ class MetricsTail:
         self.path = path
         self.offset = 0
         self.records: list[dict] = []
+
+    def restart(self) -> None:
+        """Forget what a discarded attempt wrote (its file is removed)."""
+        self.path.unlink(missing_ok=True)
+        self.offset, self.records = 0, []
 
     def read_new(self) -> list[dict]:
         if not self.path.exists():
@@ -49,6 +55,7 @@ class StageOutcome:
     records: list[dict] = field(default_factory=list)
     checkpoint: Path | None = None
     reason: str | None = None
+    timing: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -69,27 +76,35 @@ class StageRunner:
             should_stop: Callable[[], bool] | None = None) -> StageOutcome:
         node_dir.mkdir(parents=True, exist_ok=True)
         spec_path = spec.write(node_dir / "spec.json")
-        tail = MetricsTail(Path(spec.metrics_path))
+        tail, clock = MetricsTail(Path(spec.metrics_path)), StageClock()
 
         def poll() -> None:
             faults.point("launched")
             if should_stop and should_stop():
                 raise KeyboardInterrupt  # the executor kills the trial on the way out
             for record in tail.read_new():
+                clock.saw(record)
                 if on_step:
                     on_step(record)
 
+        def retry() -> None:  # the warm worker was lost: the cold retry starts from nothing
+            tail.restart()
+            clock.first_step = clock.trained = clock.train_runtime = None
+
         argv = [sys.executable, str(self.workspace / "train.py"), "--spec", str(spec_path)]
         mounts = Mounts(read_only=[self.workspace, Path(spec.init_checkpoint)], writable=[node_dir])
+        clock.launch()
         result = run_guarded(self.sandbox, self.guard, self.pristine_env, argv, cwd=node_dir,
-                             wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), mounts=mounts, on_poll=poll)
+                             wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), mounts=mounts, on_poll=poll,
+                             on_retry=retry)
+        clock.exit()
         checkpoint = Path(spec.output_dir) / "checkpoint"
         reason = result.failure_reason(spec.wall_seconds)
         if reason is None and not result.footer:
             reason = "no result footer: train.py ended without printing '---' and its key: value lines"
         elif reason is None and not checkpoint.is_dir():
             reason = f"train.py finished but wrote no checkpoint at {checkpoint}"
-        return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason)
+        return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason, clock.timing())
 
     def finished_outcome(self, node_dir: Path) -> StageOutcome | None:
         """The outcome of a stage that ran to completion before the controller died, if it did."""

@@ -59,6 +59,12 @@ class ProposalPending(Message):
         self.proposal, self.parent = proposal, parent
 
 
+class PhaseChanged(Message):
+    def __init__(self, node_id: str, phase: str) -> None:
+        super().__init__()
+        self.node_id, self.phase = node_id, phase
+
+
 class SessionEnded(Message):
     def __init__(self, status: str, reason: str) -> None:
         super().__init__()
@@ -96,6 +102,9 @@ class TuiObserver(Observer):
 
     def stage_started(self, node: Node, tree: Tree) -> None:
         self.post(TreeChanged(tree))
+
+    def stage_phase(self, node: Node, phase: str) -> None:
+        self.post(PhaseChanged(node.id, phase))
 
     def step(self, node: Node, record: dict) -> None:
         self.post(StepLogged(node.id, dict(record)))
@@ -213,6 +222,9 @@ class SessionApp(App):
     def on_tree_changed(self, message: TreeChanged) -> None:
         self.show_tree(message.tree)
         self.query_one("#budget", Static).update(self.controller.budget.describe())
+
+    def on_phase_changed(self, message: PhaseChanged) -> None:
+        self.query_one("#budget", Static).update(f"{self.controller.budget.describe()}  |  {message.node_id} {message.phase}")
 
     def on_step_logged(self, message: StepLogged) -> None:
         for name, key in CURVES.items():

@@ -15,10 +15,12 @@ from sandbox.tiers import (
     Sandbox,
     bwrap_works,
     choose_sandbox,
+    warm_works,
 )
+from sandbox.warm import WorkerPlan
 
 __all__ = [
     "DEFAULT_LIMITS", "SANDBOX_KINDS", "BwrapSandbox", "GpuPool", "Limits", "Mounts", "RunResult", "Sandbox",
     "SandboxError", "bwrap_works", "choose_sandbox", "last_error_line", "parse_footer", "scrubbed_env",
-    "select_gpus", "visible_gpus",
+    "select_gpus", "visible_gpus", "warm_works", "WorkerPlan",
 ]

@@ -53,6 +53,7 @@ NOBODY = 65534
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 DEFAULT_LIMITS = Limits(memory_bytes=8 * 2**30, pids=512)
+MAX_WORKER_LOSSES = 2
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps")
 
 
@@ -90,6 +91,7 @@ class Sandbox:
         self.drop_uid = os.geteuid() == 0 and readable_by_others(Path(sys.executable))
         self.executor = LocalExecutor()
         self.worker: WarmWorker | None = None
+        self.worker_losses = 0  # in a row; at MAX_WORKER_LOSSES runs start cold for the rest of the session
         if self.cgroups is None:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a trial become ours, so the sweep finds them
 
@@ -187,12 +189,13 @@ class Sandbox:
         lost = None
         if self.worker is not None and self.worker.covers(argv, mounts):
             try:
-                return self.worker.run(argv, cwd, wall_seconds, env, mounts, cwd / f"{log_prefix}stdout.log",
-                                       cwd / f"{log_prefix}stderr.log", gpu, self.gpus.gpus,
-                                       on_started=cgroup.add if cgroup else lambda pid: None, on_poll=on_poll)
+                result = self.worker.run(argv, cwd, wall_seconds, env, mounts, cwd / f"{log_prefix}stdout.log",
+                                         cwd / f"{log_prefix}stderr.log", gpu, self.gpus.gpus,
+                                         on_started=cgroup.add if cgroup else lambda pid: None, on_poll=on_poll)
+                self.worker_losses = 0
+                return result
             except WorkerLost as exc:
-                lost = f"warm worker lost ({exc}); retried cold"
-                self.worker.stop()  # started afresh for the next run
+                lost = self._lose_worker(str(exc))
                 if cgroup:
                     cgroup.kill_all()
                 if on_retry:
@@ -202,6 +205,16 @@ class Sandbox:
         if lost:
             result.worker, result.notes = "cold (retry)", [lost]
         return result
+
+    def _lose_worker(self, why: str) -> str:
+        """Stop a worker that failed (the next run starts a new one), or, after
+        ``MAX_WORKER_LOSSES`` in a row, go cold for good; says which."""
+        self.worker_losses += 1
+        self.worker.stop()
+        if self.worker_losses >= MAX_WORKER_LOSSES:
+            self.worker = None
+            return f"warm worker lost ({why}); retried cold, and runs start cold from now on ({self.worker_losses} losses in a row)"
+        return f"warm worker lost ({why}); retried cold"
 
     def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
         drop = self.drop_uid and self.tier == "none"
@@ -306,6 +319,30 @@ def sweep_orphans() -> int:
             except (ProcessLookupError, ChildProcessError):
                 pass
     return killed
+
+
+def warm_works(sandbox: Sandbox) -> tuple[bool, str]:
+    """Probe the warm path of ``sandbox``: start a worker (no preloads) in a scratch folder
+    and run one script through it, isolated as a session's run would be."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="autorl-warm-probe-") as scratch:
+        root = Path(scratch)
+        for folder in ("workspace", "runs/run"):
+            (root / folder).mkdir(parents=True)
+        (root / "workspace" / "probe.py").write_text("print('warm ok')\n")
+        run_dir = root / "runs" / "run"
+        try:
+            sandbox.start_worker(WorkerPlan(hidden_roots=[root / "runs"], visible=[root / "workspace"],
+                                            home=root / "worker"))
+            result = sandbox.run([sys.executable, str(root / "workspace" / "probe.py")], run_dir, 60,
+                                 scrubbed_env(run_dir), Mounts(read_only=[root / "workspace"], writable=[run_dir]))
+        finally:
+            sandbox.stop_worker()
+        said = result.stdout_path.read_text(errors="replace").strip()
+    if result.worker == "warm" and result.ok and said == "warm ok":
+        return True, "trials fork from a warm worker (--workers warm, the default)"
+    return False, f"warm start failed ({'; '.join(result.notes) or said or 'no output'}); trials start cold"
 
 
 def bwrap_works() -> tuple[bool, str]:

@@ -83,7 +83,7 @@ def preload(entries: list[dict], allowed_roots: list[str]) -> dict:
         for name in entry["modules"]:
             why = _import_if_trusted(name, roots)
             if not why and entry.get("names", {}).get(name):
-                why = _load_names(name, entry["names"][name])
+                why = _load_names(name, entry["names"][name], roots)
             if why:
                 skipped[name] = why
             else:
@@ -92,12 +92,16 @@ def preload(entries: list[dict], allowed_roots: list[str]) -> dict:
     return {"seconds": round(time.monotonic() - started, 3), "loaded": loaded, "skipped": skipped}
 
 
-def _load_names(module: str, names: list[str]) -> str | None:
+def _load_names(module: str, names: list[str], roots: list[Path]) -> str | None:
     """Resolve ``from module import name``: lazy packages (transformers, TRL) import the
-    real submodule only then, and that is most of their import time."""
+    real submodule only then, and that is most of their import time. A name that is a
+    submodule (``from env import task``) is imported as one."""
     for name in names:
         try:
             getattr(sys.modules[module], name)
+        except AttributeError:
+            if why := _import_if_trusted(f"{module}.{name}", roots):
+                return why
         except BaseException as exc:  # noqa: BLE001
             return f"{module}.{name}: {type(exc).__name__}: {exc}"
     return None
@@ -115,7 +119,7 @@ def _import_if_trusted(name: str, roots: list[Path]) -> str | None:
             return f"{type(exc).__name__}: {exc}"
         if spec is None:
             return "not installed"
-        locations = [spec.origin] if spec.origin not in (None, "built-in", "frozen") else []
+        locations = [spec.origin] if spec.origin not in (None, "built-in", "frozen", "namespace") else []
         locations += list(spec.submodule_search_locations or [])
         for location in locations:
             if not any(Path(location).resolve().is_relative_to(root) for root in roots):

@@ -98,6 +98,8 @@ class Node:
     diagnosis: list[Finding] = field(default_factory=list)
     comparison: Comparison | None = None  # against the parent, when both were scored
     frozen_violation: bool = False  # the run changed frozen files
+    worker: str = ""  # how its stage started: warm (forked from the session's worker), cold, cold (retry)
+    timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/timing.py)
 
     @property
     def scored(self) -> bool:

@@ -91,8 +91,10 @@ def evaluate(checkpoint: Path, split: str, n: int | None = None) -> dict:
     problems = task.problems(split, size)
     started = time.perf_counter()
     tokenizer, model = load_checkpoint(checkpoint)
+    generating = time.perf_counter()
     texts = generate(tokenizer, model, problems, constants["max_new_tokens"], constants["batch_size"])
     result = {"split": split, **score(texts, problems)}
+    result["generation_seconds"] = round(time.perf_counter() - generating, 3)
     result["seconds"] = round(time.perf_counter() - started, 3)
     return result
 
