@@ -311,6 +311,8 @@ class Controller:
     def apply_outcome(self, node: Node, outcome: StageOutcome) -> None:
         node.seconds = outcome.result.wall_seconds if outcome.result else 0.0
         node.worker = outcome.result.worker if outcome.result else ""
+        peak = outcome.result.peak_memory_bytes if outcome.result else None
+        node.peak_memory_mb = round(peak / 2**20, 1) if peak else None
         for note in outcome.result.notes if outcome.result else []:
             self.observer.message(f"{node.id}: {note}")
         node.steps = max((int(r.get("step", 0)) for r in outcome.records), default=0)

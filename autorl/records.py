@@ -71,6 +71,8 @@ def node_metrics(node: Node) -> dict[str, float]:
         values.update(val_score=node.val_score, val_stderr=node.val_stderr)
     if node.train_reward is not None:
         values["train_reward"] = node.train_reward
+    if node.peak_memory_mb is not None:
+        values["peak_memory_mb"] = node.peak_memory_mb
     values.update({f"timing_{key}": value for key, value in node.timing.items() if isinstance(value, (int, float))})
     return values
 
@@ -126,4 +128,5 @@ def node_from_run(run) -> Node:
         frozen_violation=tags.get("autorl.frozen_violation") == "True",
         worker=tags.get("autorl.worker", ""),
         timing=_loads(tags.get("autorl.timing"), {}),
+        peak_memory_mb=metrics.get("peak_memory_mb"),
     )

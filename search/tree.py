@@ -100,6 +100,7 @@ class Node:
     frozen_violation: bool = False  # the run changed frozen files
     worker: str = ""  # how its stage started: warm (forked from the session's worker), cold, cold (retry)
     timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/timing.py)
+    peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
 
     @property
     def scored(self) -> bool:

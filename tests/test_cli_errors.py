@@ -42,6 +42,7 @@ def test_template_without_base_model(tmp_path):
     (["--time", "soon"], "bad duration 'soon'"),
     (["--stages", "0"], "--stages must be at least 1"),
     (["--strategy", "magic"], "unknown strategy"),
+    (["--workers", "hot"], "unknown workers 'hot'; choose warm or cold"),
 ])
 def test_bad_options(args, fragment):
     assert_clean_error(*invoke("research", "t", *args), fragment)

@@ -53,6 +53,20 @@ def reference(fast_template, tmp_path_factory):
     return tree_of(runs)[1]
 
 
+def session_processes(runs_dir) -> list[str]:
+    """Processes of the session still alive: its warm worker (and every fork of it, which
+    shares its command line, naming the session's workspace) or a cold trial."""
+    found = subprocess.run(["pgrep", "-af", str(runs_dir / "sessions")], capture_output=True, text=True).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def assert_nothing_left(runs_dir, seconds=15):
+    deadline = time.monotonic() + seconds
+    while left := session_processes(runs_dir):
+        assert time.monotonic() < deadline, f"processes outlived the controller: {left}"
+        time.sleep(0.2)
+
+
 def check_invariants(runs_dir, data):
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     session = client.get_run(data["mlflow_run_id"])
@@ -73,6 +87,7 @@ def check_invariants(runs_dir, data):
 def test_killed_controller_resumes_to_the_same_tree(point, fast_template, reference, runs_dir):
     killed = run_cli("research", "t", "--template", str(fast_template), *ARGS, env={"AUTORL_FAULT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    assert_nothing_left(runs_dir)  # the warm worker and a running trial die with the controller
     listed = list_sessions(Tracker.for_runs_dir(runs_dir))
     assert listed[0]["resumable"] and listed[0]["resume_note"] == "controller died"
 
@@ -82,6 +97,7 @@ def test_killed_controller_resumes_to_the_same_tree(point, fast_template, refere
     assert tree == reference
     check_invariants(runs_dir, data)
 
+    assert_nothing_left(runs_dir, seconds=5)
     again = run_cli("resume", "s")
     assert again.returncode == 0 and "already finished" in again.stdout
     assert tree_of(runs_dir)[1] == reference

@@ -371,11 +371,8 @@ def test_a_warm_run_sees_only_its_own_folder_of_the_session(tier, layout):
         assert "listing ['own-node']" in out and "blocked" in out and MARKER not in out
 
 
-@pytest.mark.parametrize("tier", WARM_TIERS)
-def test_a_worker_lost_mid_run_is_replaced_and_the_run_retried_cold(tier, layout):
-    sandbox = make_sandbox(tier, layout=layout)
-    attempts = layout["run"] / "attempts"
-    retried = []
+def run_while_killing_the_worker(sandbox, layout, attempts, retried):
+    """A run that takes 3 s; its worker is SIGKILLed (from outside) as soon as it starts."""
     script = layout["workspace"] / "slow.py"
     script.write_text(textwrap.dedent(f"""
         import time
@@ -385,12 +382,16 @@ def test_a_worker_lost_mid_run_is_replaced_and_the_run_retried_cold(tier, layout
         print("---")
         print("status: ok")
     """))
+    attempts.unlink(missing_ok=True)
+    if not sandbox.worker.alive():
+        sandbox.worker.start()
+    victim = sandbox.worker
 
     def kill_worker_once_started():
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not attempts.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        os.killpg(sandbox.worker.process.pid, 9)
+        os.killpg(victim.process.pid, 9)
 
     killer = threading.Thread(target=kill_worker_once_started)
     killer.start()
@@ -399,11 +400,31 @@ def test_a_worker_lost_mid_run_is_replaced_and_the_run_retried_cold(tier, layout
                          mounts=Mounts(read_only=[layout["workspace"]], writable=[layout["run"]]),
                          on_retry=lambda: retried.append(True))
     killer.join()
+    return result
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS)
+def test_a_worker_lost_mid_run_is_replaced_and_the_run_retried_cold(tier, layout):
+    sandbox = make_sandbox(tier, layout=layout)
+    attempts, retried = layout["run"] / "attempts", []
+    result = run_while_killing_the_worker(sandbox, layout, attempts, retried)
     assert result.ok and result.footer == {"status": "ok"}
     assert result.worker == "cold (retry)" and "warm worker lost" in result.notes[0] and retried == [True]
     assert attempts.read_text().count("attempt") == 2
     again, _, _ = run_hostile(sandbox, layout, "print('fresh worker')")  # a new worker serves the next run
     assert again.ok and again.worker == "warm"
+
+
+@pytest.mark.parametrize("tier", WARM_TIERS[:1])
+def test_a_worker_lost_twice_in_a_row_leaves_the_session_cold(tier, layout):
+    sandbox = make_sandbox(tier, layout=layout)
+    attempts, retried = layout["run"] / "attempts", []
+    first = run_while_killing_the_worker(sandbox, layout, attempts, retried)
+    second = run_while_killing_the_worker(sandbox, layout, attempts, retried)
+    assert first.ok and second.ok and retried == [True, True]
+    assert "start cold from now on" in second.notes[0] and sandbox.worker is None
+    later, _, _ = run_hostile(sandbox, layout, "print('cold now')", expect_warm=False)
+    assert later.ok and later.worker == "cold"
 
 
 @pytest.mark.parametrize("tier", WARM_TIERS)

@@ -68,3 +68,29 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
 
     listed = json.loads(run_cli("ls", "--json").stdout)
     assert [s["name"] for s in listed] == ["e2e"]
+
+    # Stages forked from the warm worker; each node says where its time went.
+    for node in nodes:
+        timing = node["timing"]
+        assert node["worker"] == "warm"
+        assert {"start_s", "train_s", "save_s", "stage_wall_s", "steps_s", "eval_s", "eval_generation_s",
+                "started_at", "ended_at"} <= set(timing)
+        assert 0 < timing["start_s"] < timing["stage_wall_s"] and timing["steps_s"] <= timing["stage_wall_s"]
+        assert timing["eval_generation_s"] <= timing["eval_s"] and timing["started_at"] < timing["ended_at"]
+        assert client.get_run(node["mlflow_run_id"]).data.metrics["timing_start_s"] == timing["start_s"]
+    assert 0 < data["overhead_share"] < 1 and data["productive_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_warm_and_cold_workers_train_the_same_scores(tmp_path, runs_dir):
+    """Forking from a warm worker changes when a stage starts, not what it computes."""
+    template = make_template(tmp_path / "tpl", space={"max_steps": "[4]"})
+    scores = {}
+    for workers in ("cold", "warm"):
+        done = run_cli("research", "same", "--template", str(template), "--stages", "2", "--name", workers,
+                       "--seed", "5", "--workers", workers)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        data = json.loads(run_cli("show", workers, "--json").stdout)
+        assert {n["worker"] for n in data["nodes"]} == {workers}
+        scores[workers] = [(n["hyperparameters"], n["val_score"], n["train_reward"]) for n in data["nodes"]]
+    assert scores["cold"] == scores["warm"]
