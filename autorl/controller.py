@@ -19,6 +19,7 @@ from autorl import faults, records
 from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import SessionConfig
+from autorl.deferred import Deferred
 from autorl.diagnose import diagnose
 from autorl.errors import CheckpointError, FrozenFileError, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
@@ -77,6 +78,7 @@ class Controller:
         self.status = "running"
         self.reason = ""
         self.phase = ""  # of the running stage: starting, training, saving, evaluating
+        self.deferred = Deferred(self.observer.message)
         self.productive = sum(productive_seconds(n.timing) for n in self.tree.nodes.values())
 
     @property
@@ -346,7 +348,12 @@ class Controller:
         (node_dir / "diagnosis.json").write_text(json.dumps(
             {"findings": [f.to_dict() for f in node.diagnosis],
              "comparison": node.comparison.to_dict() if node.comparison else None}, indent=2))
-        plot_curves(outcome.records, node_dir / "curves.png", f"{node.id} ← {node.parent or 'base'}")
+        self.deferred.submit(f"{node.id}: curves plot", self.plot_and_log, node, outcome.records)
+
+    def plot_and_log(self, node: Node, records_: list[dict]) -> None:
+        path = plot_curves(records_, self.node_dir(node.id) / "curves.png", f"{node.id} ← {node.parent or 'base'}")
+        if path is not None:
+            self.parts.tracker.log_artifacts(node.mlflow_run_id, [path])
 
     def evaluate(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
         return self.parts.evaluator.score(checkpoint, split, out_dir)
@@ -365,8 +372,7 @@ class Controller:
         (node_dir / "train_py.diff").write_text(diff)
         tracker.log_artifacts(run_id, [node_dir / name for name in
                                        ("spec.json", "metrics.jsonl", "stdout.log", "stderr.log", "train_py.diff",
-                                        "eval_validation.json", "eval_validation_stderr.log", "diagnosis.json",
-                                        "curves.png")])
+                                        "eval_validation.json", "eval_validation_stderr.log", "diagnosis.json")])
         tracker.set_tags(run_id, records.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
         tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed,
@@ -416,6 +422,7 @@ class Controller:
 
     def finish(self, status: str, reason: str) -> None:
         self.status, self.reason = status, reason
+        self.deferred.drain()
         tracker = self.parts.tracker
         tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
                                                   "session_seconds": self.budget.elapsed, **self.overhead()})
