@@ -15,7 +15,7 @@ search, seed 0) twice on this machine, once with `--workers cold` and once with
 
     .venv/bin/python benchmarks/stage_overhead.py [--stages 8] [--bare 3]
 
-Writes benchmarks/results/stage_overhead.md and stage_overhead.png.
+Writes benchmarks/results/stage_overhead.{md,json,png}.
 """
 
 from __future__ import annotations
@@ -47,15 +47,26 @@ class RssWatcher:
 
     def watch(self) -> None:
         while not self.stop.wait(0.5):
-            for entry in Path("/proc").iterdir():
+            zygotes = {pid: parent for pid, parent in self.zygote_processes()}
+            # The worker is the zygote whose parent is not one: its forks are trials and monitors.
+            for pid in (pid for pid, parent in zygotes.items() if parent not in zygotes):
                 try:
-                    if entry.name.isdigit() and b"sandbox.zygote" in (entry / "cmdline").read_bytes() \
-                            and b"bwrap" not in (entry / "cmdline").read_bytes()[:64]:
-                        rss = next(int(line.split()[1]) * 1024 for line in (entry / "status").read_text().splitlines()
-                                   if line.startswith("VmRSS:"))
-                        self.peak_bytes = max(self.peak_bytes, rss)
+                    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+                    rss = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+                    self.peak_bytes = max(self.peak_bytes, rss)
                 except (OSError, StopIteration, ValueError):
                     continue
+
+    @staticmethod
+    def zygote_processes():
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and b"sandbox.zygote" in (entry / "cmdline").read_bytes() \
+                        and b"bwrap" not in (entry / "cmdline").read_bytes().split(b"\0")[0]:
+                    status = (entry / "status").read_text().splitlines()
+                    yield int(entry.name), next(int(line.split()[1]) for line in status if line.startswith("PPid:"))
+            except (OSError, StopIteration, ValueError):
+                continue
 
 
 def run_session(runs: Path, name: str, workers: str, stages: int) -> dict:
@@ -106,6 +117,7 @@ def summarise(result: dict) -> dict:
         stage_wall_s=median([n["timing"].get("stage_wall_s", float("nan")) for n in nodes]),
         steps_per_s=median([n["steps"] / n["timing"]["steps_s"] for n in nodes if n["timing"].get("steps_s")]),
         overhead_share=result["data"]["overhead_share"],
+        waiting_s_per_stage=(result["data"]["seconds"] - result["data"]["productive_seconds"]) / len(nodes),
         session_seconds=result["data"]["seconds"],
         command_wall_s=result["wall"],
         workers=sorted({n["worker"] for n in nodes}),
@@ -136,8 +148,8 @@ def plot(results: dict[str, dict], path: Path) -> None:
                 values.append(s[phase])
         left.bar(labels, values, bottom=bottom, label=phase.removesuffix("_s"))
         bottom = [b + v for b, v in zip(bottom, values)]
-    left.set_ylabel("seconds per stage (median phase; bookkeeping = rest of session wall / stages)")
-    left.set_title("one stage, cold vs warm")
+    left.set_ylabel("seconds per stage")
+    left.set_title("one stage (median phases; bookkeeping = the rest)", fontsize=10)
     left.legend()
     for label in labels:
         starts = [n["timing"].get("start_s") for n in results[label]["data"]["nodes"] if n["timing"]]
@@ -160,6 +172,7 @@ def report(results: dict[str, dict], bare: dict[str, list[tuple[float, float]]],
          f"{warm['eval_s']:.2f} ({warm['eval_generation_s']:.2f})"),
         ("stage_wall_s median", "", cold["stage_wall_s"], warm["stage_wall_s"]),
         ("overhead_share of the session", "≤ 10% warm", f"{cold['overhead_share']:.1%}", f"{warm['overhead_share']:.1%}"),
+        ("not training or generating, seconds per stage", "", cold["waiting_s_per_stage"], warm["waiting_s_per_stage"]),
         ("session wall (controller's clock)", "", cold["session_seconds"], warm["session_seconds"]),
         ("`autorl research` command wall", "", cold["command_wall_s"], warm["command_wall_s"]),
         ("peak trial memory (cgroup), MiB", "", cold["peak_trial_memory_mb"], warm["peak_trial_memory_mb"]),
@@ -214,6 +227,7 @@ def main() -> int:
                              for n in nodes]
         plot(results, args.out.with_suffix(".png"))
         args.out.write_text(report(results, bare, args))
+        args.out.with_suffix(".json").write_text(json.dumps({"results": results, "bare": bare}, indent=1))
     print(args.out.read_text())
     return 0
 
