@@ -55,12 +55,14 @@ def option(field: str, *flags: str, **extra) -> typer.models.OptionInfo:
     return typer.Option(info.default, *flags, help=info.description, **extra)
 
 
-def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str]):
+def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: bool = False):
+    """The runs directory and its tracker; only ``create`` (research) makes either."""
     from autorl.config import default_runs_dir, prepare_runs_dir
     from autorl.tracking import Tracker
 
-    runs = prepare_runs_dir(runs_dir or default_runs_dir())
-    return runs, Tracker.for_runs_dir(runs, tracking_uri)
+    runs = runs_dir or default_runs_dir()
+    runs = prepare_runs_dir(runs) if create else runs.expanduser().resolve()
+    return runs, Tracker.for_runs_dir(runs, tracking_uri, create=create)
 
 
 @app.command()
@@ -101,7 +103,7 @@ def research(
     strategy = strategy or ("hybrid" if llm else "tree")
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
-    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    runs, tracker = open_tracker(runs_dir, tracking_uri, create=True)
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
@@ -240,6 +242,9 @@ def list_sessions(
 
     _, tracker = open_tracker(runs_dir, tracking_uri)
     sessions = rows(tracker)
+    if not tracker.exists() and not as_json:
+        console.print(f"no sessions: no tracking store at {tracker.uri} yet (`autorl research` creates it)", highlight=False)
+        return
     if as_json:
         print(json.dumps(sessions, indent=2))
         return

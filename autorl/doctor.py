@@ -70,17 +70,19 @@ def llm_check(base_url: str | None) -> Check:
 
 
 def tracking_check(runs_dir: Path | None, tracking_uri: str | None) -> Check:
-    from autorl.config import default_runs_dir, prepare_runs_dir
+    from autorl.config import default_runs_dir
     from autorl.errors import AutorlError
     from autorl.tracking import Tracker
 
+    runs = (runs_dir or default_runs_dir()).expanduser().resolve()
+    tracker = Tracker.for_runs_dir(runs, tracking_uri, create=False)
+    if not tracker.exists():
+        return "tracking store", None, f"{tracker.uri}: not created yet (`autorl research` creates it)"
     try:
-        runs = prepare_runs_dir(runs_dir or default_runs_dir())
-        tracker = Tracker.for_runs_dir(runs, tracking_uri)
         tracker.ensure_store()
     except AutorlError as exc:
         return "tracking store", False, str(exc)
-    free = shutil.disk_usage(runs).free / 2**30
+    free = shutil.disk_usage(next(p for p in (runs, *runs.parents) if p.is_dir())).free / 2**30
     return "tracking store", True, f"{tracker.uri} ({len(tracker.sessions())} sessions; {free:.1f} GiB free in {runs})"
 
 

@@ -2,7 +2,9 @@
 
 ``AUTORL_FAULT=<point>`` makes the controller SIGKILL itself the first time it reaches
 that point (``<point>:<n>``: the n-th time), exactly as an OOM kill or a reboot would;
-``autorl resume`` must then recover. Points, in the order a stage passes them:
+``autorl resume`` (or, before a session's run exists, a new ``research`` with the same
+name) must then recover. Points while a session is created: ``session_reserved``,
+``workspace_made``, ``session_run_created``; then in the order a stage passes them:
 ``proposal_accepted``, ``launched``, ``mid_training``, ``trained``,
 ``mid_evaluation`` (the base model's evaluation counts as the first), ``evaluated``.
 """
@@ -13,7 +15,7 @@ import os
 import signal
 from collections import Counter
 
-POINTS = ("proposal_accepted", "launched", "mid_training", "trained", "mid_evaluation", "evaluated")
+POINTS = ("session_reserved", "workspace_made", "session_run_created", "proposal_accepted", "launched", "mid_training", "trained", "mid_evaluation", "evaluated")
 _reached: Counter = Counter()
 
 

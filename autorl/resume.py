@@ -25,7 +25,7 @@ from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
 from autorl.observer import Observer
 from autorl.records import node_from_run
-from autorl.session import Stores, assemble, make_sandbox
+from autorl.session import CREATING, Stores, assemble, make_sandbox
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
 from search.tree import Tree
@@ -50,6 +50,7 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
         raise SessionError(f"session {name!r} was made by an older autorl and cannot be resumed")
     config = SessionConfig.model_validate_json(tags["autorl.config"])
     lock = SessionLock(config.session_dir).acquire()
+    (config.session_dir / CREATING).unlink(missing_ok=True)  # killed after its run existed: created enough
     run = tracker.find_session(name)  # read again under the lock
     if run.data.tags.get("autorl.status") == "finished":
         lock.release()

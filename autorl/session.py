@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from functools import partial
 
+from autorl import faults
 from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import LLM_STRATEGIES, SessionConfig
@@ -84,18 +86,50 @@ class Stores:
     lock: SessionLock
 
 
+CREATING = ".creating"  # in a session folder whose creation has not finished
+
+
+def reserve_session_dir(config: SessionConfig) -> SessionLock:
+    """Take the session's name on disk (mkdir is atomic) and hold its lock.
+
+    A folder still marked CREATING whose lock is free was left by a creation that was
+    killed before its MLflow run existed: it never became a session, so it is cleared
+    and the name taken again.
+    """
+    folder = config.session_dir
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        if not (folder / CREATING).exists():
+            raise SessionError(f"session folder {folder} already exists; choose another --name") from None
+        lock = SessionLock(folder).acquire()  # fails while another process is still creating it
+        for child in folder.iterdir():
+            if child.name != "controller.lock":
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        (folder / CREATING).touch()
+        return lock
+    lock = SessionLock(folder).acquire()
+    (folder / CREATING).touch()
+    return lock
+
+
 def create_session(config: SessionConfig, template: Template, tracker: Tracker, *, observer: Observer | None = None,
                    gate: Gate | None = None, api_key: str | None = None) -> Controller:
+    """A new session, made so that a kill at any point leaves either nothing that counts
+    (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
     tracker.ensure_store()
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)
-    if tracker.find_session(config.name) is not None or config.session_dir.exists():
+    if tracker.find_session(config.name) is not None:
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
     sandbox = make_sandbox(config)
-    lock = SessionLock(config.session_dir).acquire()
+    lock = reserve_session_dir(config)
+    faults.point("session_reserved")
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
+    faults.point("workspace_made")
     run_id = tracker.start_session(
         config.name,
         params={**config.model_dump(mode="json"), "template_path": str(template.path)},
@@ -111,8 +145,10 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
             "mlflow.source.git.commit": workspace.head,
         },
     )
+    faults.point("session_run_created")
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
+    (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
     return assemble(config, template, stores, Budget(config.stages, config.time_budget_s),
                     observer=observer, gate=gate, api_key=api_key)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from autorl.errors import TrackingError
+from autorl.store import prepare_sqlite, sqlite_path
 
 EXPERIMENT = "autorl"
 SESSION_KIND = "session"
@@ -80,16 +81,22 @@ def tag_filter(key: str, value: str) -> str:
 class Tracker:
     """Writes and reads autorl's sessions and nodes in one MLflow store."""
 
-    def __init__(self, uri: str, artifact_root: Path | None = None):
+    def __init__(self, uri: str, artifact_root: Path | None = None, create: bool = True):
         self.uri = uri
         self.artifact_root = artifact_root
+        self.create = create  # False for commands that only read: a missing store stays missing
         self._client = None
         self._experiment_id: str | None = None
         self._tracing_ready = False
 
     @classmethod
-    def for_runs_dir(cls, runs_dir: Path, uri: str | None = None) -> "Tracker":
-        return cls(uri or default_uri(runs_dir), runs_dir / "mlartifacts")
+    def for_runs_dir(cls, runs_dir: Path, uri: str | None = None, create: bool = True) -> "Tracker":
+        return cls(uri or default_uri(runs_dir), runs_dir / "mlartifacts", create)
+
+    def exists(self) -> bool:
+        """False only for a SQLite store whose file is not there (servers are asked)."""
+        database = sqlite_path(self.uri)
+        return database is None or database.is_file()
 
     @property
     def client(self):
@@ -111,6 +118,11 @@ class Tracker:
             return self._experiment_id
         if self.uri.startswith(("http://", "https://")):
             probe_http(self.uri)
+        database = sqlite_path(self.uri)
+        if database is not None and not database.is_file() and not self.create:
+            raise TrackingError(f"no tracking store at {database}; `autorl research` creates it")
+        if database is not None and self.create:
+            prepare_sqlite(self.uri, database)
         try:
             experiment = self.client.get_experiment_by_name(EXPERIMENT)
             if experiment is None:
@@ -125,6 +137,8 @@ class Tracker:
     # -- sessions -----------------------------------------------------------------------
 
     def find_session(self, name: str):
+        if not self.exists():
+            return None
         runs = self.client.search_runs(
             [self.ensure_store()],
             filter_string=f"{tag_filter('autorl.kind', SESSION_KIND)} and {tag_filter('autorl.session', name)}",
@@ -133,6 +147,8 @@ class Tracker:
         return runs[0] if runs else None
 
     def sessions(self) -> list:
+        if not self.exists():
+            return []
         return self.client.search_runs(
             [self.ensure_store()], filter_string=tag_filter("autorl.kind", SESSION_KIND), order_by=["start_time DESC"]
         )
