@@ -93,25 +93,28 @@ def research(
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
-    from autorl.config import make_config, parse_duration
+    from autorl.config import default_runs_dir, make_config, parse_duration
     from search.llm import read_api_key
     from autorl.session import create_session, new_session_name
 
-    check_approve(approve)
+    from autorl.tracking import default_uri
+
+    check_approve(approve)  # everything is checked before anything is created
     seconds = parse_duration(time_budget) if time_budget else None
     announce_no_llm = strategy is None and not llm
     strategy = strategy or ("hybrid" if llm else "tree")
-    api_key = read_api_key(llm_key_file) if llm else None
-    loaded = templates.load(template)
-    runs, tracker = open_tracker(runs_dir, tracking_uri, create=True)
+    runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
         gpus=gpus,
-        runs_dir=runs, tracking_uri=tracker.uri,
+        runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs),
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
     )
+    api_key = read_api_key(llm_key_file) if llm else None
+    loaded = templates.load(template)
+    runs, tracker = open_tracker(runs_dir, tracking_uri, create=True)
     if approve != "none":
         import getpass
 

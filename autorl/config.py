@@ -61,13 +61,13 @@ class SessionConfig(BaseModel):
     name: str = Field(description="Session name, unique in the tracking store.")
     topic: str = Field(description="The research question, appended to the template's brief.")
     template: str = Field("arith", description="Built-in template name or a template folder.")
-    stages: int = Field(8, description="Training stages the session may run in all.")
+    stages: int = Field(8, ge=1, description="Training stages the session may run in all.")
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
     strategy: str = Field("tree", description="How the next stage is proposed.")
-    seed: int = Field(0, description="Seed of the search (policy, sampler, trial seeds).")
-    max_depth: int = Field(3, description="Longest schedule: stages on one root-to-leaf path.")
+    seed: int = Field(0, ge=0, lt=2**32, description="Seed of the search (policy, sampler, trial seeds).")
+    max_depth: int = Field(3, ge=1, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
-    trial_memory_gb: float = Field(8.0, gt=0, description="Memory limit of one trial (its cgroup), in GiB.")
+    trial_memory_gb: float = Field(8.0, ge=0.25, description="Memory limit of one trial (its cgroup), in GiB.")
     workers: str = Field("warm", description="How trials start: warm (forked from a worker that imported the "
                          "training stack once; falls back to cold where it cannot) or cold (a fresh interpreter each).")
     gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
@@ -76,23 +76,23 @@ class SessionConfig(BaseModel):
     tracking_uri: str
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
     llm_base_url: str | None = Field(None, description="Endpoint URL [default: OPENAI_BASE_URL or OpenAI].")
-    llm_timeout_s: float = Field(60.0, description="Timeout of one LLM request attempt.")
-    llm_retries: int = Field(3, description="Retries of a failed LLM request (429, 5xx, timeouts).")
-    max_llm_tokens: int | None = Field(None, description="Stop asking the LLM after this many tokens.")
-    max_llm_cost: float | None = Field(None, description="Stop asking the LLM after this many dollars.")
+    llm_timeout_s: float = Field(60.0, gt=0, le=3600, description="Timeout of one LLM request attempt.")
+    llm_retries: int = Field(3, ge=0, le=20, description="Retries of a failed LLM request (429, 5xx, timeouts).")
+    max_llm_tokens: int | None = Field(None, ge=1, description="Stop asking the LLM after this many tokens.")
+    max_llm_cost: float | None = Field(None, gt=0, description="Stop asking the LLM after this many dollars.")
 
-    @field_validator("stages")
+    @field_validator("topic")
     @classmethod
-    def _positive_stages(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("--stages must be at least 1")
-        return value
+    def _topic_says_something(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the topic is empty; say what the session should find out, e.g. 'reach 70% on the task'")
+        return value.strip()
 
-    @field_validator("max_depth")
+    @field_validator("time_budget_s")
     @classmethod
-    def _positive_depth(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("--max-depth must be at least 1")
+    def _positive_time(cls, value: float | None) -> float | None:
+        if value is not None and not 0 < value < float("inf"):
+            raise ValueError("must be a positive duration")
         return value
 
     @field_validator("strategy")
@@ -134,6 +134,24 @@ class SessionConfig(BaseModel):
         return self.runs_dir / "sessions" / self.name
 
 
+FLAGS = {  # config field -> the CLI option that sets it, so an error names what the user typed
+    "stages": "--stages", "time_budget_s": "--time", "strategy": "--strategy", "seed": "--seed",
+    "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
+    "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
+    "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
+    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "template": "--template",
+}
+
+
+def describe_error(error: dict) -> str:
+    """One pydantic error as ``--option: what is wrong (got VALUE)``."""
+    field = str(error["loc"][0]) if error["loc"] else ""
+    message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Input ")
+    flag = FLAGS.get(field, field)
+    got = f" (got {error['input']!r})" if error["type"] != "value_error" and not isinstance(error.get("input"), dict) else ""
+    return f"{flag}: {message}{got}" if flag and not message.startswith(flag) else message
+
+
 def make_config(**values) -> SessionConfig:
     """Build a SessionConfig, turning validation errors into one readable ConfigError."""
     from pydantic import ValidationError
@@ -141,5 +159,4 @@ def make_config(**values) -> SessionConfig:
     try:
         return SessionConfig(**values)
     except ValidationError as exc:
-        messages = "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
-        raise ConfigError(messages) from exc
+        raise ConfigError("; ".join(describe_error(e) for e in exc.errors(include_url=False))) from exc

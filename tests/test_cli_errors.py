@@ -40,12 +40,28 @@ def test_template_without_base_model(tmp_path):
 
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--time", "soon"], "bad duration 'soon'"),
-    (["--stages", "0"], "--stages must be at least 1"),
+    (["--stages", "0"], "--stages: should be greater than or equal to 1 (got 0)"),
     (["--strategy", "magic"], "unknown strategy"),
     (["--workers", "hot"], "unknown workers 'hot'; choose warm or cold"),
+    (["--seed", "-1"], "--seed: should be greater than or equal to 0 (got -1)"),
+    (["--seed", str(2**32)], "--seed: should be less than 4294967296"),
+    (["--llm-timeout", "-1"], "--llm-timeout: should be greater than 0"),
+    (["--trial-memory", "0.001"], "--trial-memory: should be greater than or equal to 0.25"),
+    (["--max-llm-tokens", "-5"], "--max-llm-tokens: should be greater than or equal to 1"),
+    (["--max-llm-cost", "0"], "--max-llm-cost: should be greater than 0"),
+    (["--max-depth", "0"], "--max-depth: should be greater than or equal to 1"),
+    (["--name", "a/b"], "--name: bad session name"),
 ])
-def test_bad_options(args, fragment):
-    assert_clean_error(*invoke("research", "t", *args), fragment)
+def test_bad_options_are_refused_before_anything_is_created(tmp_path, args, fragment):
+    runs = tmp_path / "fresh-runs"
+    assert_clean_error(*invoke("research", "t", "--runs-dir", str(runs), *args), fragment)
+    assert not runs.exists()
+
+
+def test_an_empty_topic_is_refused(tmp_path):
+    runs = tmp_path / "fresh-runs"
+    assert_clean_error(*invoke("research", "  ", "--runs-dir", str(runs)), "TOPIC: the topic is empty")
+    assert not runs.exists()
 
 
 def test_unwritable_runs_dir(tmp_path):

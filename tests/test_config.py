@@ -16,7 +16,7 @@ def test_bad_durations(text):
 
 
 def test_config_errors_are_one_readable_line(tmp_path):
-    with pytest.raises(ConfigError, match="--stages must be at least 1"):
+    with pytest.raises(ConfigError, match="--stages: should be greater than or equal to 1"):
         make_config(name="s", topic="t", template="arith", stages=0, runs_dir=tmp_path, tracking_uri="x")
     with pytest.raises(ConfigError, match="unknown strategy"):
         make_config(name="s", topic="t", template="arith", strategy="magic", runs_dir=tmp_path, tracking_uri="x")
