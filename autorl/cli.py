@@ -170,7 +170,9 @@ def drive(controller, runs: Path, tracker) -> None:
     console.print(f"show the tree:  autorl show {name} --runs-dir {runs}")
     console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
     if controller.status != "finished":
-        err_console.print(f"continue after fixing the cause:  autorl resume {name} --runs-dir {runs}")
+        err_console.print(f"[bold red]{controller.status}:[/]", escape(controller.reason), highlight=False, soft_wrap=True)
+        if controller.resumable:
+            err_console.print(f"continue after fixing the cause:  autorl resume {name} --runs-dir {runs}")
         raise typer.Exit(1)
 
 

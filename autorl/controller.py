@@ -21,7 +21,7 @@ from autorl.budget import Budget
 from autorl.config import SessionConfig
 from autorl.deferred import Deferred
 from autorl.diagnose import diagnose
-from autorl.errors import CheckpointError, FrozenFileError, USER_ERRORS
+from autorl.errors import CheckpointError, ContractError, FrozenFileError, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
@@ -38,6 +38,7 @@ from search.proposers import Proposal, ProposalDropped, Proposer
 from search.tree import Decision, Node, Status, Tree
 
 
+MAX_BREACHES_IN_A_ROW = 2
 MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
 
 
@@ -75,6 +76,8 @@ class Controller:
         self.tree = tree or Tree()
         self.lock = lock
         self.rejected_proposals = 0
+        self.resumable = True
+        self.breaches = 0  # stages in a row that failed because the template broke its contract
         self.status = "running"
         self.reason = ""
         self.phase = ""  # of the running stage: starting, training, saving, evaluating
@@ -99,10 +102,16 @@ class Controller:
                     self.finish("stopped", full)
                     return self.tree
                 self.step()
+            if not any(n.status == Status.SUCCEEDED for n in self.tree.nodes.values()):
+                self.finish("failed", f"{reason}, and no stage succeeded: {self.last_failure()}", resumable=False)
+                return self.tree
             self.score_on_test()
             self.finish("finished", reason)
         except KeyboardInterrupt:
             self.finish("stopped", "interrupted (Ctrl-C or SIGTERM)")
+            raise
+        except ContractError as exc:  # resuming would break the same way: the template must change
+            self.finish("failed", str(exc), resumable=False)
             raise
         except USER_ERRORS as exc:
             self.finish("failed", str(exc))
@@ -145,9 +154,10 @@ class Controller:
         outcome = outcome or self.train(node)
         faults.point("trained")
         node.timing = {**outcome.timing, "started_at": started_at}
+        breach = outcome.breach
         if outcome.ok:
             self.set_phase(node, "evaluating")
-            self.score(node, outcome.checkpoint)
+            breach = self.score(node, outcome.checkpoint)
         else:
             self.fail(node, outcome.reason)
         node.timing["ended_at"] = utc_now()
@@ -159,7 +169,21 @@ class Controller:
         self.observer.stage_finished(node, self.tree)
         if node.frozen_violation:
             raise FrozenFileError(node.reason)
+        self.count_breach(node, breach)
         return node
+
+    def count_breach(self, node: Node, breach: bool) -> None:
+        """One broken contract fails its node; the same again in the next stage is the
+        template's bug, not bad luck, and stops the session (non-zero exit) instead of
+        spending the budget on it."""
+        self.breaches = self.breaches + 1 if breach else 0
+        if self.breaches >= MAX_BREACHES_IN_A_ROW:
+            raise ContractError(f"{self.breaches} stages in a row broke the template contract; the last: "
+                                f"{node.reason}. Fix the template and start a new session")
+
+    def last_failure(self) -> str:
+        failed = [n for n in self.tree.nodes.values() if n.status == Status.FAILED]
+        return f"{failed[-1].id}: {failed[-1].reason}" if failed else "every proposal was dropped or rejected"
 
     def check_stop(self) -> None:
         """A stop asked for from another thread (the TUI's quit) ends the run like Ctrl-C."""
@@ -288,10 +312,11 @@ class Controller:
             output_dir=str(node_dir),
             metrics_path=str(node_dir / "metrics.jsonl"),
             hyperparameters=node.hyperparameters,
-            max_steps=int(node.hyperparameters.get("max_steps", 20)),
+            max_steps=self.template.stage_steps(node.hyperparameters),
             seed=node.seed,
             wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
         )
+        node.planned_steps = spec.max_steps
         self.set_phase(node, "starting")
         outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record),
                                         should_stop=self.gate.stop_requested.is_set)
@@ -321,19 +346,24 @@ class Controller:
         rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
         node.train_reward = rewards[-1] if rewards else None
 
-    def score(self, node: Node, checkpoint: Path) -> None:
+    def score(self, node: Node, checkpoint: Path) -> bool:
+        """Score a trained node on validation; True when the evaluator broke its contract."""
         try:
             result = self.evaluate(checkpoint, "validation", self.node_dir(node.id))
         except FrozenFileError as exc:
             self.fail(node, str(exc))
             node.frozen_violation = True
-            return
+            return False
         except CheckpointError as exc:
             self.fail(node, str(exc))
-            return
+            return False
+        except ContractError as exc:
+            self.fail(node, str(exc))
+            return True
         node.val_score, node.val_stderr, node.eval_engine = result.mean, result.stderr, result.engine
         node.timing.update(eval_timing(result))
         node.status = Status.SUCCEEDED
+        return False
 
     def eval_items(self, node_id: str | None) -> list[dict]:
         folder = self.session_dir / "base" if node_id is None else self.node_dir(node_id)
@@ -420,8 +450,8 @@ class Controller:
             f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})"
         )
 
-    def finish(self, status: str, reason: str) -> None:
-        self.status, self.reason = status, reason
+    def finish(self, status: str, reason: str, resumable: bool = True) -> None:
+        self.status, self.reason, self.resumable = status, reason, resumable
         self.deferred.drain()
         tracker = self.parts.tracker
         tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
@@ -431,6 +461,8 @@ class Controller:
                 node.status = Status.INTERRUPTED
                 tracker.set_tags(node.mlflow_run_id, {"autorl.status": "interrupted", "autorl.reason": reason})
                 tracker.end_node(node.mlflow_run_id, failed=True, killed=True)
+        if not resumable:
+            tracker.set_tags(self.session_run_id, {"autorl.resumable": "no"})
         tracker.end_session(self.session_run_id, status, reason)
         self.parts.runner.sandbox.stop_worker()
         if self.lock is not None:

@@ -71,7 +71,7 @@ class LiveView(Observer):
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
         if self.current is not None and self.current.status == Status.RUNNING:
             status.append(
-                f"| {self.current.id} {self.phase}: step {self.last.get('step', 0)}/{self.current.hyperparameters.get('max_steps', '?')}"
+                f"| {self.current.id} {self.phase}: step {self.last.get('step', 0)}/{self.current.planned_steps or '?'}"
                 f" reward {fmt(self.last.get('reward'))} entropy {fmt(self.last.get('entropy'))}",
                 style="cyan",
             )

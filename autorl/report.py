@@ -59,6 +59,8 @@ def resumable(run) -> tuple[bool, str]:
         return False, "running (a live controller holds it)"
     if status == "running":
         return True, "controller died"
+    if tags.get("autorl.resumable") == "no":
+        return False, f"can never finish: {tags.get('autorl.reason', '')}"
     return True, f"{status}: {tags.get('autorl.reason', '')}".strip(": ")
 
 

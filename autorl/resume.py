@@ -55,6 +55,10 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     if run.data.tags.get("autorl.status") == "finished":
         lock.release()
         return None
+    if run.data.tags.get("autorl.resumable") == "no":
+        lock.release()
+        raise SessionError(f"session {name!r} can never finish ({run.data.tags.get('autorl.reason', '')}); "
+                           "start a new session")
     template = templates.load(run.data.tags["autorl.template_path"])
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))

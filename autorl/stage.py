@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from autorl import faults
-from autorl.curves import read_records
+from autorl.curves import read_records, training_steps
 from autorl.frozen import FrozenGuard, run_guarded
 from autorl.spec import TrialSpec
 from autorl.timing import StageClock
@@ -56,10 +56,32 @@ class StageOutcome:
     checkpoint: Path | None = None
     reason: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
+    breach: bool = False  # the failure breaks the template contract (the template's bug, not the proposal's)
 
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+
+def metrics_breach(records: list[dict], footer: dict[str, str]) -> str | None:
+    """Why a finished stage's per-step metrics contradict the template contract, if they do.
+
+    Diagnosis, the curves and the global step axis all read metrics.jsonl; a stage that
+    trained but logged nothing (or logged steps it did not train) would be recorded as
+    a healthy stage with no evidence.
+    """
+    logged = [int(r["step"]) for r in training_steps(records) if isinstance(r.get("step"), (int, float))]
+    try:
+        trained = int(float(footer.get("steps", "")))
+    except ValueError:
+        trained = None
+    if not logged:
+        said = f" although its footer says {trained} steps" if trained else ""
+        return (f"train.py logged no per-step metrics to metrics_path{said}; the template contract needs one "
+                "JSON line per logged step with 'step' (docs/templates.md)")
+    if trained is not None and max(logged) > trained:
+        return f"train.py logged step {max(logged)} but its footer says it trained {trained} steps"
+    return None
 
 
 class StageRunner:
@@ -104,7 +126,9 @@ class StageRunner:
             reason = "no result footer: train.py ended without printing '---' and its key: value lines"
         elif reason is None and not checkpoint.is_dir():
             reason = f"train.py finished but wrote no checkpoint at {checkpoint}"
-        return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason, clock.timing())
+        breach = reason is None and (reason := metrics_breach(tail.records, result.footer)) is not None
+        return StageOutcome(result, tail.records, checkpoint if reason is None else None, reason, clock.timing(),
+                            breach)
 
     def finished_outcome(self, node_dir: Path) -> StageOutcome | None:
         """The outcome of a stage that ran to completion before the controller died, if it did."""

@@ -59,6 +59,12 @@ class Template:
         """The base model, under ``root`` (a workspace copy) or the template itself."""
         return (root or self.path) / FROZEN_DIR / self.constants["model"]["base_model"]
 
+    def stage_steps(self, hyperparameters: dict) -> int:
+        """GRPO steps of a stage: its value of the parameter with role "steps", else the
+        template's fixed ``[stage] max_steps``."""
+        name = self.space.named("steps")
+        return int(hyperparameters[name]) if name else int(self.constants["stage"]["max_steps"])
+
     @property
     def stage_wall_seconds(self) -> float:
         return float(self.constants["stage"]["wall_seconds"])
@@ -85,8 +91,19 @@ def load(name_or_path: str, require_model: bool = True) -> Template:
     constants = read_constants(path)
     if require_model:
         check_base_model(path, path / FROZEN_DIR / constants["model"]["base_model"])
-    return Template(name=path.name, path=path, constants=constants, space=read_space(path),
+    space = read_space(path)
+    check_stage_length(path, space, constants)
+    return Template(name=path.name, path=path, constants=constants, space=space,
                     program=(path / "program.md").read_text())
+
+
+def check_stage_length(path: Path, space: SearchSpace, constants: dict) -> None:
+    """A stage must know how many GRPO steps to train: no silent default."""
+    fixed = constants["stage"].get("max_steps")
+    if space.named("steps") is None and (isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 1):
+        raise _broken(path, "no stage length: give the parameter that sets GRPO steps `role = \"steps\"` in "
+                            "space.toml (a parameter named max_steps has it), or set [stage] max_steps = N in "
+                            "env/constants.toml")
 
 
 def _broken(path: Path, what: str) -> TemplateError:

@@ -18,6 +18,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from search.errors import ProposalError, SpaceError
 
+# What a parameter does in GRPO, whatever the template calls it: steering, displays and
+# the stage length read roles, never names. Role -> the short label displays use.
+ROLES = {"learning_rate": "lr", "kl_coefficient": "β", "temperature": "T", "group_size": "G",
+         "completion_length": "len", "steps": "steps"}
+# A parameter named as TRL's GRPOConfig names it has that role unless space.toml says otherwise.
+TRL_ROLES = {"learning_rate": "learning_rate", "beta": "kl_coefficient", "temperature": "temperature",
+             "num_generations": "group_size", "max_completion_length": "completion_length", "max_steps": "steps"}
+
 
 class Param(BaseModel):
     """One dimension of the space."""
@@ -33,9 +41,21 @@ class Param(BaseModel):
     default: Any
     grid: list[Any] | None = None
     help: str = ""
+    role: str | None = None  # one of ROLES; "" in space.toml means none
+
+    @model_validator(mode="before")
+    @classmethod
+    def _role_from_trl_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "role" not in data:
+            return {**data, "role": TRL_ROLES.get(data.get("name"))}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> "Param":
+        if self.role == "":
+            object.__setattr__(self, "role", None)
+        if self.role is not None and self.role not in ROLES:
+            raise ValueError(f"{self.name}: unknown role {self.role!r}; choose one of {', '.join(ROLES)}")
         if self.type == "categorical":
             if not self.choices:
                 raise ValueError(f"{self.name}: a categorical needs a non-empty 'choices' list")
@@ -113,6 +133,17 @@ class SearchSpace:
 
     def __init__(self, params: list[Param]):
         self.params = {param.name: param for param in params}
+        self.roles: dict[str, str] = {}  # role -> parameter name
+        for param in params:
+            if param.role in self.roles:
+                raise SpaceError(f"invalid search space: {self.roles[param.role]} and {param.name} both have "
+                                 f"role {param.role!r}; give it to one of them")
+            if param.role:
+                self.roles[param.role] = param.name
+
+    def named(self, role: str) -> str | None:
+        """The parameter that plays ``role`` in this space, if one does."""
+        return self.roles.get(role)
 
     @classmethod
     def from_toml(cls, path: Path) -> "SearchSpace":

@@ -15,30 +15,36 @@ from typing import Any
 from search.space import Param, SearchSpace
 from search.tree import Finding
 
-# finding name -> {parameter: "up" | "down"}
+# finding name -> {parameter role (search.space.ROLES): "up" | "down"}; every finding a
+# detector can raise has a rule, so a critical one always moves something.
 RULES: dict[str, dict[str, str]] = {
     "entropy_collapse": {"temperature": "up", "learning_rate": "down"},
-    "zero_variance_groups": {"num_generations": "up", "temperature": "up"},
-    "kl_blowup": {"learning_rate": "down", "beta": "up"},
-    "length_truncation": {"max_completion_length": "up"},
-    "length_explosion": {"max_completion_length": "down"},
+    "zero_variance_groups": {"group_size": "up", "temperature": "up"},
+    "kl_blowup": {"learning_rate": "down", "kl_coefficient": "up"},
+    "length_truncation": {"completion_length": "up"},
+    "length_explosion": {"completion_length": "down"},
     "grad_norm_spikes": {"learning_rate": "down"},
     "non_finite": {"learning_rate": "down"},
     "reward_collapse": {"learning_rate": "down"},
-    "reward_plateau": {"learning_rate": "up", "max_steps": "up"},
+    "reward_plateau": {"learning_rate": "up", "steps": "up"},
+    "train_eval_divergence": {"learning_rate": "down", "kl_coefficient": "up"},
+    "regression": {"learning_rate": "down"},
 }
 
 
-def directions(findings: list[Finding]) -> dict[str, str]:
+def directions(findings: list[Finding], space: SearchSpace | None = None) -> dict[str, str]:
     """Parameter directions from a node's findings; the most severe finding wins a conflict.
+    Keys are roles, or the space's parameter names for them when ``space`` is given.
 
     >>> directions([Finding("kl_blowup", "warning"), Finding("reward_plateau", "info")])
-    {'learning_rate': 'down', 'beta': 'up', 'max_steps': 'up'}
+    {'learning_rate': 'down', 'kl_coefficient': 'up', 'steps': 'up'}
     """
     steer: dict[str, str] = {}
     for finding in findings:  # findings come most severe first
-        for name, direction in RULES.get(finding.name, {}).items():
-            steer.setdefault(name, direction)
+        for role, direction in RULES.get(finding.name, {}).items():
+            name = space.named(role) if space is not None else role
+            if name is not None:
+                steer.setdefault(name, direction)
     return steer
 
 
@@ -67,7 +73,7 @@ def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: l
     ranges: dict[str, tuple[float, float]] = {}
     fixed: dict[str, Any] = {}
     applied: dict[str, str] = {}
-    for name, direction in directions(findings).items():
+    for name, direction in directions(findings, space).items():
         param = space.params.get(name)
         if param is None or name not in parent_values:
             continue

@@ -101,6 +101,7 @@ class Node:
     worker: str = ""  # how its stage started: warm (forked from the session's worker), cold, cold (retry)
     timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/timing.py)
     peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
+    planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)
 
     @property
     def scored(self) -> bool:
@@ -171,20 +172,26 @@ class Tree:
         return max(scored, key=lambda n: (n.val_score, -list(self.nodes).index(n.id))) if scored else None
 
 
-SHORT_NAMES = {"learning_rate": "lr", "temperature": "T", "num_generations": "G", "max_steps": "steps", "beta": "β"}
-
-
-def schedule_text(hyperparameters: dict[str, Any]) -> str:
-    """A compact one-line view of a stage's key hyperparameters.
+def schedule_text(hyperparameters: dict[str, Any], roles: dict[str, str] | None = None) -> str:
+    """A compact one-line view of a stage's hyperparameters: those with a GRPO role first,
+    by their short label, then the others by name. ``roles`` maps names to roles (default:
+    TRL's names, see search.space.TRL_ROLES).
 
     >>> schedule_text({"learning_rate": 5e-05, "temperature": 1.0, "num_generations": 8, "max_steps": 20})
     'lr=5e-05 T=1 G=8 steps=20'
+    >>> schedule_text({"lr_peak": 3e-4, "warmup": 0.1}, roles={"lr_peak": "learning_rate"})
+    'lr=0.0003 warmup=0.1'
     """
+    from search.space import ROLES, TRL_ROLES
+
+    roles = TRL_ROLES if roles is None else roles
+    by_role = {roles[name]: name for name in hyperparameters if name in roles}
+    ordered = [(ROLES[role], by_role[role]) for role in ROLES if role in by_role]
+    ordered += [(name, name) for name in hyperparameters if name not in roles]
     parts = []
-    for key, short in SHORT_NAMES.items():
-        if key in hyperparameters:
-            value = hyperparameters[key]
-            parts.append(f"{short}={value:.2g}" if isinstance(value, float) else f"{short}={value}")
+    for label, name in ordered:
+        value = hyperparameters[name]
+        parts.append(f"{label}={value:.2g}" if isinstance(value, float) else f"{label}={value}")
     return " ".join(parts)
 
 

@@ -68,3 +68,24 @@ def test_tpe_resamples_a_repeat_of_an_earlier_sibling(tmp_path):
     assert "resampled a near-duplicate of n002" in proposal.rationale
     assert study.trials[0].state == optuna.trial.TrialState.FAIL
     assert study.trials[0].user_attrs["duplicate_of"] == "n002"
+
+
+def test_steering_follows_roles_not_names():
+    from search.space import Param, SearchSpace
+
+    space = SearchSpace([Param(name="peak_lr", type="float", low=1e-6, high=1e-3, log=True, default=1e-5,
+                               role="learning_rate"),
+                         Param(name="sampling_temp", type="float", low=0.5, high=1.5, default=1.0, role="temperature")])
+    ranges, _, applied = steered_space(space, space.defaults(), [Finding("entropy_collapse", "warning")])
+    assert applied == {"sampling_temp": "up", "peak_lr": "down"}
+    assert ranges["peak_lr"] == (1e-6, 1e-5) and ranges["sampling_temp"] == (1.0, 1.5)
+
+
+def test_every_finding_a_detector_raises_has_a_steering_rule():
+    import re
+    from pathlib import Path
+
+    from search.steering import RULES
+
+    raised = set(re.findall(r'Finding\("([a-z_]+)"', (Path(__file__).parents[1] / "autorl" / "diagnose.py").read_text()))
+    assert raised and raised <= set(RULES), raised - set(RULES)

@@ -62,7 +62,33 @@ BROKEN = {
                    "[lr] lr: needs numeric low < high"),
     "non-numeric default": (write("space.toml", '[lr]\ntype = "float"\nlow = 0\nhigh = 1\ndefault = "x"\n'),
                             "[lr] low, high and default must be numbers"),
+    "no stage length": (write("space.toml", '[lr]\ntype = "float"\nlow = 0\nhigh = 1\ndefault = 0.5\n'),
+                        'no stage length: give the parameter that sets GRPO steps `role = "steps"`'),
+    "unknown role": (write("space.toml", '[lr]\ntype = "float"\nlow = 0\nhigh = 1\ndefault = 0.5\nrole = "speed"\n'),
+                     "[lr] lr: unknown role 'speed'"),
+    "one role twice": (write("space.toml", '[a]\ntype = "int"\nlow = 1\nhigh = 9\ndefault = 2\nrole = "steps"\n'
+                                           '[b]\ntype = "int"\nlow = 1\nhigh = 9\ndefault = 2\nrole = "steps"\n'),
+                       "a and b both have role 'steps'"),
 }
+
+
+def test_roles_make_any_names_work(tmp_path):
+    root = make_template(tmp_path / "tpl")
+    write("space.toml", '[peak_lr]\ntype = "float"\nlow = 1e-6\nhigh = 1e-3\nlog = true\ndefault = 1e-5\n'
+                        'role = "learning_rate"\n[updates]\ntype = "int"\nlow = 2\nhigh = 40\ndefault = 8\n'
+                        'role = "steps"\n[max_steps]\ntype = "int"\nlow = 1\nhigh = 2\ndefault = 1\nrole = ""\n')(root)
+    template = templates.load(str(root))
+    assert template.space.roles == {"learning_rate": "peak_lr", "steps": "updates"}
+    assert template.stage_steps({"peak_lr": 1e-4, "updates": 12, "max_steps": 2}) == 12
+
+
+def test_a_fixed_stage_length_in_constants_needs_no_steps_parameter(tmp_path):
+    root = make_template(tmp_path / "tpl")
+    write("space.toml", '[lr]\ntype = "float"\nlow = 0\nhigh = 1\ndefault = 0.5\n')(root)
+    constants = root / "env" / "constants.toml"
+    constants.chmod(0o644)
+    constants.write_text(constants.read_text().replace("[stage]\n", "[stage]\nmax_steps = 6\n"))
+    assert templates.load(str(root)).stage_steps({"lr": 0.1}) == 6
 
 
 @pytest.mark.parametrize("rule", BROKEN)

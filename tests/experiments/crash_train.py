@@ -1,0 +1,3 @@
+"""Every stage crashes before training."""
+
+raise RuntimeError("deliberate crash in every stage")
