@@ -80,7 +80,7 @@ def research(
     workers: str = option("workers", "--workers"),
     trial_memory: float = option("trial_memory_gb", "--trial-memory"),
     gpus: str = option("gpus", "--gpus"),
-    approve: str = typer.Option("none", "--approve", help="none | edits | all: which proposals wait for you in the TUI."),
+    approve: str = option("approve", "--approve"),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
@@ -107,7 +107,7 @@ def research(
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
-        gpus=gpus,
+        gpus=gpus, approve=approve,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs),
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
@@ -115,34 +115,38 @@ def research(
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
     runs, tracker = open_tracker(runs_dir, tracking_uri, create=True)
-    if approve != "none":
-        import getpass
-
-        from autorl.approval import Gate
-        from autorl.tui import TuiObserver
-
-        observer, gate = TuiObserver(), Gate(approve, decided_by=getpass.getuser())
-    else:
-        from autorl.live import LiveView
-
-        observer, gate = LiveView(console), None
+    observer, gate = interface(approve)
     controller = create_session(config, loaded, tracker, observer=observer, gate=gate, api_key=api_key)
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
-    if approve != "none":
-        drive_tui(controller, runs, tracker)
-    else:
-        drive(controller, runs, tracker)
+    drive_tui(controller, runs, tracker) if gate else drive(controller, runs, tracker)
 
 
-def check_approve(mode: str) -> None:
+def interface(approve: str):
+    """The observer and gate for an approval mode: the TUI when a person decides, else the live view."""
+    if approve == "none":
+        from autorl.live import LiveView
+
+        return LiveView(console), None
+    import getpass
+
+    from autorl.approval import Gate
+    from autorl.tui import TuiObserver
+
+    return TuiObserver(), Gate(approve, decided_by=getpass.getuser())
+
+
+def check_approve(mode: str, stored: bool = False) -> None:
     from autorl.approval import APPROVE_MODES
     from autorl.errors import ConfigError
 
     if mode not in APPROVE_MODES:
-        raise ConfigError(f"unknown --approve {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
+        raise ConfigError(f"--approve: unknown mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
     if mode != "none" and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise ConfigError(f"--approve {mode} needs an interactive terminal to ask you; "
+        if stored:
+            raise ConfigError(f"--approve: this session was started with --approve {mode}, which needs an interactive "
+                              "terminal to ask you; resume it in one, or pass --approve none to go on autonomously")
+        raise ConfigError(f"--approve: {mode} needs an interactive terminal to ask you; "
                           "in scripts and CI run without it (autonomous, --approve none)")
 
 
@@ -187,21 +191,29 @@ def resume(
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
+    approve: Optional[str] = typer.Option(None, "--approve", help="none | edits | all: change the approval mode stored "
+                                                                  "with the session [default: the stored one]."),
 ):
     """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
-    from autorl.live import LiveView
-    from autorl.resume import resume_session
+    from autorl.resume import resume_session, stored_config
     from search.llm import read_api_key
 
     runs, tracker = open_tracker(runs_dir, tracking_uri)
     run = tracker.find_session(name)
-    needs_key = run is not None and run.data.tags.get("autorl.strategy") in ("llm", "hybrid")
-    controller = resume_session(name, tracker, observer=LiveView(console),
+    stored = stored_config(run)
+    mode = approve or (stored.approve if stored else "none")
+    check_approve(mode, stored=approve is None)
+    needs_key = stored is not None and stored.strategy in ("llm", "hybrid")
+    observer, gate = interface(mode)
+    controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode,
                                 api_key=read_api_key(llm_key_file) if needs_key else None)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")
         return
     console.print(f"resuming {name}: {len(controller.tree.nodes)} nodes, {controller.budget.describe()}")
+    if gate:
+        drive_tui(controller, runs, tracker)
+        return
     drive(controller, runs, tracker)
 
 

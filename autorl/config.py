@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -45,9 +46,8 @@ def prepare_runs_dir(path: Path) -> Path:
     path = path.expanduser().resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-probe"
-        probe.write_text("ok")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):  # one per process: no race
+            pass
     except OSError as exc:
         raise ConfigError(f"runs directory {path} is not writable ({exc.strerror or exc}); pick another with --runs-dir") from exc
     return path
@@ -68,6 +68,8 @@ class SessionConfig(BaseModel):
     max_depth: int = Field(3, ge=1, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, ge=0.25, description="Memory limit of one trial (its cgroup), in GiB.")
+    approve: str = Field("none", description="none | edits | all: which proposals wait for you in the TUI "
+                         "(stored with the session; resume keeps it unless told otherwise).")
     workers: str = Field("warm", description="How trials start: warm (forked from a worker that imported the "
                          "training stack once; falls back to cold where it cannot) or cold (a fresh interpreter each).")
     gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
@@ -100,6 +102,13 @@ class SessionConfig(BaseModel):
     def _known_strategy(cls, value: str) -> str:
         if value not in STRATEGIES:
             raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
+        return value
+
+    @field_validator("approve")
+    @classmethod
+    def _known_approve(cls, value: str) -> str:
+        if value not in ("none", "edits", "all"):
+            raise ValueError(f"unknown approve mode {value!r}; choose one of none, edits, all")
         return value
 
     @field_validator("workers")
@@ -139,7 +148,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
-    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "template": "--template",
+    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "template": "--template", "approve": "--approve",
 }
 
 

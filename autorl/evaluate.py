@@ -77,8 +77,11 @@ class FrozenEvaluator:
         result = run_guarded(self.sandbox, self.guard, self.pristine_env, argv, refused="evaluation", cwd=out_dir,
                              wall_seconds=EVAL_WALL_SECONDS, env=scrubbed_env(out_dir), mounts=mounts,
                              log_prefix=f"eval_{split}_", on_poll=lambda: faults.point("mid_evaluation"))
-        if not result.ok or not out.is_file():
-            raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS) or 'no result file'}")
+        if not result.ok:
+            raise CheckpointError(f"evaluation failed: {result.failure_reason(EVAL_WALL_SECONDS)}")
+        if not out.is_file():
+            raise ContractError(f"env/evaluate.py broke the template contract: it exited 0 but wrote no {out.name}; "
+                                "it must write its result to --out (docs/templates.md)")
         data = read_eval_output(out)
         generation = data.get("generation_seconds")
         return EvalResult(split, data["mean"], data["stderr"], data["n"], data.get("format_rate", float("nan")),

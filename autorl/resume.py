@@ -39,16 +39,27 @@ def rebuild_tree(tracker: Tracker, session_run) -> Tree:
     return tree
 
 
+def stored_config(run) -> SessionConfig | None:
+    """The config a session was started with (None for no run, or one too old to hold it)."""
+    if run is None or "autorl.config" not in run.data.tags:
+        return None
+    return SessionConfig.model_validate_json(run.data.tags["autorl.config"])
+
+
 def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = None, gate: Gate | None = None,
-                   api_key: str | None = None) -> Controller | None:
-    """A controller that continues session ``name``; None when it had already finished."""
+                   api_key: str | None = None, approve: str | None = None) -> Controller | None:
+    """A controller that continues session ``name``; None when it had already finished.
+    ``approve`` changes the stored approval mode (and is stored in its place)."""
     run = tracker.find_session(name)
     if run is None:
         raise SessionError(f"no session named {name!r} in {tracker.uri}; `autorl ls` lists them")
     tags = run.data.tags
-    if "autorl.config" not in tags:
+    config = stored_config(run)
+    if config is None:
         raise SessionError(f"session {name!r} was made by an older autorl and cannot be resumed")
-    config = SessionConfig.model_validate_json(tags["autorl.config"])
+    if approve is not None and approve != config.approve:
+        config = config.model_copy(update={"approve": approve})
+        tracker.set_tags(run.info.run_id, {"autorl.config": config.model_dump_json()})
     lock = SessionLock(config.session_dir).acquire()
     (config.session_dir / CREATING).unlink(missing_ok=True)  # killed after its run existed: created enough
     run = tracker.find_session(name)  # read again under the lock

@@ -51,9 +51,13 @@ def prepare_sqlite(uri: str, database: Path) -> None:
         raise TrackingError(f"cannot create tracking store {uri}: folder {database.parent} does not exist; "
                             "create it or pass another --tracking-uri")
     with creation_lock(database):
+        import logging
+
         import sqlalchemy
         from mlflow.store.db import utils
 
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-migration chatter
+        logging.getLogger("alembic").setLevel(logging.WARNING)
         engine = sqlalchemy.create_engine(uri)
         try:
             if not utils._all_tables_exist(engine):

@@ -107,7 +107,13 @@ class Tracker:
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-migration chatter
 
-            self._client = RetryingClient(MlflowClient(tracking_uri=self.uri))
+            try:
+                self._client = RetryingClient(MlflowClient(tracking_uri=self.uri))
+            except Exception as exc:  # an unknown scheme, a bad path: MLflow raises many kinds
+                fix = ("if an interrupted start half-made it, `autorl research` remakes it when it holds no runs, "
+                       f"else back it up and run `mlflow db upgrade {self.uri}`") if sqlite_path(self.uri) else \
+                    "pass a sqlite:///PATH, http(s)://SERVER or database URI as --tracking-uri"
+                raise TrackingError(f"cannot open tracking store {self.uri}: {first_line(exc)}; {fix}") from exc
         return self._client
 
     # -- store ------------------------------------------------------------------------
@@ -131,7 +137,7 @@ class Tracker:
             else:
                 self._experiment_id = experiment.experiment_id
         except Exception as exc:  # MLflow raises many kinds; the user needs one line
-            raise TrackingError(f"cannot open tracking store {self.uri}: {str(exc).splitlines()[0]}") from exc
+            raise TrackingError(f"cannot open tracking store {self.uri}: {first_line(exc)}") from exc
         return self._experiment_id
 
     # -- sessions -----------------------------------------------------------------------
@@ -246,6 +252,10 @@ class Tracker:
 
     def log_text(self, run_id: str, text: str, name: str) -> None:
         self.client.log_text(run_id, text, name)
+
+
+def first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _attempt(run) -> int:

@@ -106,3 +106,27 @@ def test_a_session_folder_without_the_creating_mark_is_not_taken_over(runs_dir):
     assert done.returncode == 1 and "already exists" in done.stderr
     assert (runs_dir / "sessions" / "someone" / "notes.txt").read_text() == "mine"
     shutil.rmtree(runs_dir / "sessions")
+
+
+def test_reading_a_half_migrated_store_says_how_to_repair_it(runs_dir):
+    set_revision(runs_dir / "mlflow.db", EARLIER_REVISION)
+    with sqlite3.connect(runs_dir / "mlflow.db") as connection:  # what a killed migration leaves
+        connection.execute("CREATE TABLE _alembic_tmp_latest_metrics (x INTEGER)")
+    done = run_cli("ls", "--runs-dir", str(runs_dir))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "`autorl research` remakes it when it holds no runs" in done.stderr
+
+
+def test_an_unknown_tracking_scheme_is_one_line():
+    done = run_cli("ls", "--tracking-uri", "foo://bar")
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "pass a sqlite:///PATH" in done.stderr
+
+
+def test_runs_directory_write_checks_do_not_race(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autorl.config import prepare_runs_dir
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: prepare_runs_dir(tmp_path / "probed"), range(400)))
+    assert list((tmp_path / "probed").iterdir()) == []
