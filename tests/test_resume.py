@@ -19,7 +19,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from search import study as hpo
-from autorl.config import prepare_runs_dir
+from autorl import template as templates
+from autorl.config import make_config, prepare_runs_dir
+from autorl.session import create_session
 from autorl.report import list_sessions, show_session
 from autorl.tracking import Tracker
 from conftest import AUTORL, REPO, make_template, run_cli
@@ -184,3 +186,20 @@ def test_a_full_disk_stops_the_session_cleanly(tmp_path, runs_dir, tracker, monk
     assert controller.tree.nodes == {}  # nothing launched
     run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
     assert run.info.status == "KILLED" and "disk nearly full" in run.data.tags["autorl.reason"]
+
+
+@pytest.mark.slow
+def test_the_approval_mode_is_stored_and_resume_honours_it(tmp_path, runs_dir, tracker):
+    from autorl.resume import stored_config
+
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
+    config = make_config(name="reviewed", topic="t", template=str(template.path), stages=1, approve="edits",
+                         runs_dir=runs_dir, tracking_uri=tracker.uri)
+    create_session(config, template, tracker).finish("stopped", "stopped by the test")
+    refused = run_cli("resume", "reviewed")  # no terminal here: it must not go on unreviewed
+    assert refused.returncode == 1 and "started with --approve edits" in refused.stderr
+    assert "--approve none" in refused.stderr
+    done = run_cli("resume", "reviewed", "--approve", "none")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert stored_config(tracker.find_session("reviewed")).approve == "none"
