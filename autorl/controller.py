@@ -361,6 +361,7 @@ class Controller:
             self.fail(node, str(exc))
             return True
         node.val_score, node.val_stderr, node.eval_engine = result.mean, result.stderr, result.engine
+        node.eval_metrics = result.extra
         node.timing.update(eval_timing(result))
         node.status = Status.SUCCEEDED
         return False

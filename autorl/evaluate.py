@@ -9,8 +9,9 @@ runs in the session's sandbox too, with the checkpoint mounted read-only.
 from __future__ import annotations
 
 import json
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autorl import faults
@@ -35,6 +36,7 @@ class EvalResult:
     wall_seconds: float = 0.0  # launch to exit of the evaluator's process
     generation_seconds: float | None = None  # decoding alone, when the evaluator says
     worker: str = ""  # how its process started (warm, cold)
+    extra: dict[str, float] = field(default_factory=dict)  # the evaluator's other numbers, by name
 
     def items(self) -> list[dict]:
         return json.loads(self.path.read_text())["items"]
@@ -87,7 +89,24 @@ class FrozenEvaluator:
         return EvalResult(split, data["mean"], data["stderr"], data["n"], data.get("format_rate", float("nan")),
                           data.get("seconds", result.wall_seconds), out, str(data.get("engine", "")),
                           result.wall_seconds, float(generation) if isinstance(generation, (int, float)) else None,
-                          result.worker)
+                          result.worker, extra_metrics(data))
+
+
+CONTRACT_KEYS = {"mean", "stderr", "n", "items", "split", "seconds", "generation_seconds", "engine"}
+MAX_EXTRA_METRICS = 20
+
+
+def extra_metrics(data: dict) -> dict[str, float]:
+    """The evaluator's numbers beyond the contract (a format rate, a per-category score…):
+    recorded, shown and given to the proposers with the score. Names are kept short and
+    safe for MLflow; non-finite values are dropped."""
+    extra = {}
+    for key, value in data.items():
+        if key in CONTRACT_KEYS or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if value == value and abs(value) != float("inf") and re.fullmatch(r"[A-Za-z0-9_./-]{1,60}", key):
+            extra[key] = float(value)
+    return dict(sorted(extra.items())[:MAX_EXTRA_METRICS])
 
 
 def read_eval_output(path: Path) -> dict:

@@ -56,6 +56,7 @@ def node_tags(node: Node) -> dict[str, str]:
         "autorl.eval_engine": node.eval_engine,
         "autorl.worker": node.worker,
         "autorl.timing": dumps(node.timing) if node.timing else "",
+        "autorl.eval_metrics": dumps(node.eval_metrics) if node.eval_metrics else "",
     }
     if node.optuna_trial is not None:
         tags["autorl.optuna_trial"] = node.optuna_trial
@@ -74,6 +75,7 @@ def node_metrics(node: Node) -> dict[str, float]:
     if node.peak_memory_mb is not None:
         values["peak_memory_mb"] = node.peak_memory_mb
     values.update({f"timing_{key}": value for key, value in node.timing.items() if isinstance(value, (int, float))})
+    values.update({f"val_{key}": value for key, value in node.eval_metrics.items()})
     return values
 
 
@@ -129,4 +131,5 @@ def node_from_run(run) -> Node:
         worker=tags.get("autorl.worker", ""),
         timing=_loads(tags.get("autorl.timing"), {}),
         peak_memory_mb=metrics.get("peak_memory_mb"),
+        eval_metrics=_loads(tags.get("autorl.eval_metrics"), {}) if finished else {},
     )

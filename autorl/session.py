@@ -35,7 +35,7 @@ from search import study as optuna_study
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from search.policy import BestFirstPolicy
-from search.proposers import (FlatTpeProposer, GreedyProposer, GridProposer, LLMProposer, Proposer,
+from search.proposers import (Deduplicated, FlatTpeProposer, GreedyProposer, GridProposer, LLMProposer, Proposer,
                               RandomScheduleProposer, TpeProposer)
 from search.tree import Tree
 
@@ -47,7 +47,14 @@ def new_session_name(topic: str) -> str:
 
 def make_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
                   api_key: str | None, notify, tracer=None) -> Proposer:
-    """The proposer for ``config.strategy``; its ``name`` is the strategy's name."""
+    """The proposer for ``config.strategy`` (its ``name`` is the strategy's name), behind the
+    one de-duplication every strategy shares."""
+    strategy = strategy_proposer(config, template, workspace, budget, api_key, notify, tracer)
+    return Deduplicated(strategy, template.space)
+
+
+def strategy_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
+                      api_key: str | None, notify, tracer=None) -> Proposer:
     space, depth, seed = template.space, config.max_depth, config.seed
     if config.strategy == "grid":
         return GridProposer(space, depth, seed)
@@ -62,7 +69,7 @@ def make_proposer(config: SessionConfig, template: Template, workspace: Workspac
         return TpeProposer(space, study, seed=seed)
     settings = LLMSettings(
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
-        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
+        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost, seed=config.seed,
     )
     client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer)
     nodes = config.session_dir / "nodes"

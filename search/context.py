@@ -35,7 +35,9 @@ def node_line(tree: Tree, node: Node) -> str:
     gain = "" if node.val_score is None or parent_score is None else f" ({node.val_score - parent_score:+.3f} vs parent)"
     score = f"val {node.val_score:.3f} ± {node.val_stderr:.3f}{gain}" if node.scored else f"{node.status.value}"
     edited = " [edited train.py]" if node.edited else ""
-    return f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}; {schedule_text(node.hyperparameters)}{edited}"
+    extra = "".join(f", {key} {value:.3g}" for key, value in node.eval_metrics.items()) if node.scored else ""
+    return (f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}{extra}; "
+            f"{schedule_text(node.hyperparameters)}{edited}")
 
 
 def tree_text(tree: Tree, top: int = 8, failures: int = 5) -> str:

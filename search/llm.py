@@ -40,6 +40,7 @@ class LLMSettings:
     max_tokens: int | None = None
     max_cost: float | None = None
     reply_tokens: int = 2000
+    seed: int = 0  # with the request's step key, the per-request sampling seed
 
 
 def read_api_key(key_file: Path | None) -> str | None:
@@ -135,7 +136,7 @@ class LLMClient:
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
         )
-        self.structured: bool | None = None
+        self.structured: str | None = None  # the response format the server takes (probed once)
         self.tracer = tracer or (lambda name: contextlib.nullcontext(_NoSpan()))
 
     # -- budget -----------------------------------------------------------------------------
@@ -170,29 +171,47 @@ class LLMClient:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def probe_structured_output(self, schema: dict) -> bool:
-        """Does the server accept a JSON-schema response format? Asked once per client."""
+    def probe_structured_output(self, schema: dict) -> str:
+        """The response format the server takes, asked once per client: ``json_schema``
+        (OpenAI), ``json_object`` with the schema inside (llama.cpp answers HTTP 500 to
+        the first), or ``none`` (prompted JSON). Replies are validated locally whichever it is."""
         if self.structured is None:
             import openai
 
-            try:
-                self._create([{"role": "user", "content": "Reply with {}."}], self._schema_format(schema), max_tokens=16)
-                self.structured = True
-            except openai.BadRequestError:
-                self.structured = False
-            except (openai.APIError, openai.APIConnectionError):
-                self.structured = False  # unknown: fall back to prompted JSON, still validated locally
+            self.structured = "none"
+            for mode in ("json_schema", "json_object"):
+                try:
+                    self._create([{"role": "user", "content": "Reply with {}."}], self._format(mode, schema),
+                                 max_tokens=16, retries=0)
+                except (openai.APIError, openai.APIConnectionError):
+                    continue  # refused (400), or crashed on it (500): try the next, then plain prompting
+                self.structured = mode
+                break
         return self.structured
 
     @staticmethod
-    def _schema_format(schema: dict) -> dict:
-        return {"type": "json_schema", "json_schema": {"name": "proposal", "schema": schema, "strict": True}}
+    def _format(mode: str, schema: dict) -> dict | None:
+        if mode == "json_schema":
+            return {"type": "json_schema", "json_schema": {"name": "proposal", "schema": schema, "strict": True}}
+        if mode == "json_object":
+            return {"type": "json_object", "schema": schema}
+        return None
 
-    def _create(self, messages: list[dict], response_format: dict | None, max_tokens: int):
+    @staticmethod
+    def request_seed(seed: int, step_key: str) -> int:
+        """A seed per request: a server that decodes deterministically returns the same reply
+        to the same prompt, so a repair or a second attempt would get the same mistake back."""
+        return int(hashlib.sha256(f"{seed}:{step_key}".encode()).hexdigest()[:8], 16)
+
+    def _create(self, messages: list[dict], response_format: dict | None, max_tokens: int, seed: int | None = None,
+                retries: int | None = None):
         kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages, "max_tokens": max_tokens}
         if response_format:
             kwargs["response_format"] = response_format
-        response = self.client.chat.completions.create(**kwargs)
+        if seed is not None:
+            kwargs["seed"] = seed
+        client = self.client if retries is None else self.client.with_options(max_retries=retries)
+        response = client.chat.completions.create(**kwargs)
         return response, self._charge(response.usage)
 
     def complete(self, messages: list[dict], schema: dict, step_key: str) -> dict:
@@ -200,7 +219,8 @@ class LLMClient:
         import openai
 
         structured = self.probe_structured_output(schema)
-        request = {"model": self.settings.model, "messages": messages, "structured": structured}
+        cache_mode = {"json_schema": True, "none": False}.get(structured, structured)  # keys of older caches
+        request = {"model": self.settings.model, "messages": messages, "structured": cache_mode}
         key = ReplyCache.key(step_key, request)
         if self.cache and (hit := self.cache.get(key)):
             self.usage.cache_hits += 1
@@ -208,8 +228,8 @@ class LLMClient:
         with self.tracer(f"propose {step_key}") as span:
             span.set_inputs({"messages": messages, "model": self.settings.model, "structured": structured})
             try:
-                response, usage = self._create(messages, self._schema_format(schema) if structured else None,
-                                               self.settings.reply_tokens)
+                response, usage = self._create(messages, self._format(structured, schema), self.settings.reply_tokens,
+                                               seed=self.request_seed(self.settings.seed, step_key))
             except (openai.APIError, openai.APIConnectionError) as exc:
                 span.set_attributes({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc

@@ -36,10 +36,14 @@ def near_duplicate(space: SearchSpace, a: dict[str, Any], b: dict[str, Any], tol
 
 
 def duplicate_of(tree: Tree, space: SearchSpace, parent: str | None, values: dict[str, Any],
-                 commit: str | None = None) -> str | None:
-    """The id of an earlier sibling (same parent, same train.py) that ``values`` nearly repeats."""
+                 commit: str | None = None, same_script: bool = False) -> str | None:
+    """The id of an earlier sibling (same parent, same train.py) that ``values`` nearly repeats.
+    ``commit`` names the train.py the new stage runs; ``same_script`` says it runs its parent's
+    unchanged, so siblings that edited train.py are not repeats."""
     for sibling in tree.children(parent):
         if commit is not None and sibling.commit and sibling.commit != commit:
+            continue
+        if same_script and sibling.edited:
             continue
         if near_duplicate(space, values, sibling.hyperparameters):
             return sibling.id

@@ -101,6 +101,7 @@ class Node:
     worker: str = ""  # how its stage started: warm (forked from the session's worker), cold, cold (retry)
     timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/timing.py)
     peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
+    eval_metrics: dict[str, float] = field(default_factory=dict)  # the evaluator's extra numbers (e.g. format_rate)
     planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)
 
     @property
@@ -116,6 +117,7 @@ class Node:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value
+        data.pop("planned_steps")  # known while its stage runs; spec.json keeps it
         return data
 
 

@@ -28,7 +28,9 @@ class Answer:
 
 @dataclass
 class ScriptedLLM:
-    supports_schema: bool = True
+    # True: OpenAI's json_schema; False: refuses any response_format (HTTP 400);
+    # "json_object": llama.cpp's server, HTTP 500 on json_schema, takes {"type": "json_object", "schema": …}
+    supports_schema: bool | str = True
     script: deque = field(default_factory=deque)
     requests: list = field(default_factory=list)
     probes: int = 0
@@ -60,13 +62,23 @@ def make_handler(llm: ScriptedLLM):
             self.end_headers()
             self.wfile.write(data)
 
+        def refusal(self, body: dict) -> tuple[int, str] | None:
+            kind = (body.get("response_format") or {}).get("type")
+            if kind is None or llm.supports_schema is True:
+                return None
+            if llm.supports_schema == "json_object":
+                return None if kind == "json_object" else (500, "Internal Server Error: unsupported response_format")
+            return 400, f"response_format {kind} is not supported"
+
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            if refused := self.refusal(body):
+                if body.get("max_tokens") == 16:
+                    llm.probes += 1
+                return self.reply(refused[0], {"error": {"message": refused[1]}})
             if body.get("max_tokens") == 16:  # the structured-output probe
                 llm.probes += 1
-                if llm.supports_schema or "response_format" not in body:
-                    return self.reply(200, completion("{}", "stop", 5, 2))
-                return self.reply(400, {"error": {"message": "response_format json_schema is not supported"}})
+                return self.reply(200, completion("{}", "stop", 5, 2))
             llm.requests.append(body)
             answer = llm.next_answer()
             if answer.delay:

@@ -199,3 +199,49 @@ def test_a_rejection_reason_reaches_the_next_prompt(make_proposer, tree):
         proposer.propose(tree, "n001")
     last_prompt = server.llm.requests[-1]["messages"][-1]["content"]
     assert "a person rejected the proposal from n001" in last_prompt and "too timid" in last_prompt
+
+
+def test_a_llama_cpp_style_server_gets_json_object_with_the_schema(make_proposer, tree):
+    with serve(reply(), supports_schema="json_object") as server:
+        proposal = make_proposer(server).propose(tree, None)
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+    request = server.llm.requests[-1]
+    assert request["response_format"]["type"] == "json_object" and "properties" in request["response_format"]["schema"]
+
+
+@pytest.mark.parametrize("content", [
+    reply().replace('"reward still rising"', '"reward still\nrising"').replace("\\n", "\n"),  # raw newline in a string
+    "Here is my proposal:\n" + reply() + "\nI hope it helps.",  # prose around the object, no fence
+    "```\n" + reply() + "\n```",  # a fence without a language
+])
+def test_replies_as_local_servers_write_them_are_read(make_proposer, tree, content):
+    with serve(content) as server:
+        proposal = make_proposer(server).propose(tree, None)
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+
+
+def test_values_outside_the_bounds_go_back_for_repair(make_proposer, tree):
+    with serve(reply(learning_rate=5.0), reply()) as server:  # servers do not enforce numeric bounds
+        proposal = make_proposer(server).propose(tree, None)
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+    assert "learning_rate=5.0 is outside" in server.llm.requests[-1]["messages"][-1]["content"]
+
+
+def test_every_request_carries_its_own_seed(make_proposer, tree):
+    with serve("not json", reply(), reply()) as server:
+        proposer = make_proposer(server, cache=False)
+        proposer.propose(tree, None)
+        proposer.propose(tree, None)
+    seeds = [request["seed"] for request in server.llm.requests]
+    assert len(seeds) == 3 and len(set(seeds)) == 3
+
+
+def test_a_repeat_of_a_sibling_goes_back_to_the_llm_with_the_evidence(make_proposer, tree):
+    from search.proposers import Deduplicated
+
+    tree.add(Node("n003", "n001", 2, {**TEMPLATE.space.defaults(), "learning_rate": 1e-4}, seed=3, proposer="llm",
+                  commit=tree.nodes["n001"].commit, status=Status.SUCCEEDED, val_score=0.61, val_stderr=0.015))
+    with serve(reply(), reply(learning_rate=3e-5)) as server:
+        proposal = Deduplicated(make_proposer(server), TEMPLATE.space).propose(tree, None)
+        assert proposal.hyperparameters["learning_rate"] == 3e-5
+        assert "nearly repeats n003" in json.dumps(server.llm.requests[-1]["messages"])

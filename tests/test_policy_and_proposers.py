@@ -154,3 +154,69 @@ def test_tpe_tells_gain_over_parent_and_survives_reopen(tmp_path):
     assert states == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
     assert reopened.trials[0].value == pytest.approx(0.12)
     assert reopened.trials[1].user_attrs == {"parent": "n001", "depth": 2}
+
+
+# -- one de-duplication for every proposer ----------------------------------------------------
+
+DEDUP_SPACE = templates.load("arith").space
+
+
+def scored_node(node_id, parent, values, depth=1, **fields):
+    return Node(node_id, parent, depth, values, seed=1, proposer="test", status=Status.SUCCEEDED, val_score=0.5,
+                val_stderr=0.01, **fields)
+
+
+def test_a_greedy_mutation_that_repeats_a_sibling_is_drawn_again():
+    from search.proposers import Deduplicated
+
+    tree = Tree(base_score=0.4)
+    tree.add(scored_node("n001", None, DEDUP_SPACE.defaults()))
+    greedy = GreedyProposer(DEDUP_SPACE, max_depth=3, seed=0)
+    greedy.restore(tree, {})
+    first = greedy.propose(tree, None)
+    tree.add(scored_node("n002", first.parent, first.hyperparameters, depth=2))  # it already ran
+    proposal = Deduplicated(greedy, DEDUP_SPACE).propose(tree, None)
+    assert proposal.hyperparameters != first.hyperparameters
+
+
+def test_a_grid_stage_that_already_exists_is_continued_from_not_run_again():
+    from search.proposers import Deduplicated
+
+    grid = Deduplicated(GridProposer(DEDUP_SPACE, max_depth=2, seed=0), DEDUP_SPACE)
+    tree = Tree(base_score=0.4)
+    stage_one = GridProposer(DEDUP_SPACE, max_depth=2, seed=0).propose(tree, None)
+    tree.add(scored_node("n001", None, stage_one.hyperparameters))  # e.g. another strategy ran it
+    proposal = grid.propose(tree, None)
+    assert proposal.parent == "n001" and proposal.rationale.endswith("stage 2 of 2")
+    assert grid.usage()["near_duplicates"] == 1
+
+
+def test_an_edit_is_never_a_duplicate_and_edited_siblings_are_not_repeats():
+    from search.novelty import duplicate_of
+
+    tree = Tree(base_score=0.4)
+    tree.add(scored_node("n001", None, DEDUP_SPACE.defaults(), edited=True))
+    assert duplicate_of(tree, DEDUP_SPACE, None, DEDUP_SPACE.defaults(), same_script=True) is None
+    tree.add(scored_node("n002", None, DEDUP_SPACE.defaults()))
+    assert duplicate_of(tree, DEDUP_SPACE, None, DEDUP_SPACE.defaults(), same_script=True) == "n002"
+
+
+def test_a_proposer_that_only_repeats_itself_is_dropped_not_looped():
+    from search.proposers import BaseProposer, Deduplicated, Proposal, ProposalDropped
+
+    class Stuck(BaseProposer):
+        name = "stuck"
+        heard: list = []
+
+        def propose(self, tree, parent):
+            return Proposal(parent=None, hyperparameters=DEDUP_SPACE.defaults())
+
+        def withdraw_duplicate(self, proposal, twin, tree):
+            self.heard.append(twin.id)
+
+    tree = Tree(base_score=0.4)
+    tree.add(scored_node("n001", None, DEDUP_SPACE.defaults()))
+    stuck = Stuck()
+    with pytest.raises(ProposalDropped, match="near-duplicates of n001"):
+        Deduplicated(stuck, DEDUP_SPACE).propose(tree, None)
+    assert stuck.heard == ["n001"] * 4

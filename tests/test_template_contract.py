@@ -130,3 +130,23 @@ def test_evaluator_output_that_keeps_it(tmp_path):
     path = tmp_path / "eval_validation.json"
     path.write_text(json.dumps(GOOD))
     assert read_eval_output(path)["mean"] == 0.5
+
+
+def test_extra_evaluator_numbers_are_kept_and_bad_ones_dropped():
+    from autorl.evaluate import extra_metrics
+
+    data = {"mean": 0.5, "stderr": 0.1, "n": 10, "items": [], "seconds": 1.0, "format_rate": 0.9, "by_digits/3": 0.4,
+            "flag": True, "nan": float("nan"), "name with spaces": 1.0, "note": "text"}
+    assert extra_metrics(data) == {"by_digits/3": 0.4, "format_rate": 0.9}
+
+
+def test_extra_evaluator_numbers_reach_mlflow_and_the_proposers_context():
+    from search.context import node_line
+    from search.tree import Node, Status, Tree
+
+    from autorl.records import node_metrics
+
+    node = Node("n001", None, 1, {"learning_rate": 1e-5}, seed=1, proposer="tree", status=Status.SUCCEEDED,
+                val_score=0.6, val_stderr=0.02, eval_metrics={"format_rate": 0.93})
+    assert node_metrics(node)["val_format_rate"] == 0.93
+    assert "format_rate 0.93" in node_line(Tree(base_score=0.5), node)

@@ -46,6 +46,9 @@ class Proposer(Protocol):
         """``proposal`` will not run as proposed: a person rejected it (``reason`` says why,
         for the next proposal) or replaced its values."""
 
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        """``proposal`` nearly repeats ``twin`` and will not run; the next proposal should differ."""
+
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the search state of a stopped session from its tree and logged metrics."""
 
@@ -64,6 +67,9 @@ class BaseProposer:
 
     def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
         pass
+
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        self.withdraw(proposal)
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         pass

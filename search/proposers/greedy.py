@@ -25,6 +25,7 @@ class GreedyProposer(BaseProposer):
         self.max_depth = max_depth
         self.seed = seed
         self.incumbent: str | None = None
+        self.redraws = 0  # mutations redrawn for this stage because they repeated a sibling
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
         incumbent = tree.nodes.get(self.incumbent) if self.incumbent else None
@@ -34,11 +35,15 @@ class GreedyProposer(BaseProposer):
             start = incumbent.parent if incumbent.depth >= self.max_depth else incumbent.id
             values = incumbent.hyperparameters
         if tree.nodes:  # the very first stage runs the defaults as they are
-            rng = random.Random(f"greedy:{self.seed}:{len(tree.nodes)}")
+            suffix = f":{self.redraws}" if self.redraws else ""  # the first draw is as it always was
+            rng = random.Random(f"greedy:{self.seed}:{len(tree.nodes)}{suffix}")
             values = self.space.mutate(values, rng, changes=rng.randint(1, 2))
         action = "retry the last stage of" if incumbent is not None and start != incumbent.id else "extend"
         return Proposal(parent=start, hyperparameters=values,
                         rationale=f"{action} the incumbent {self.incumbent or 'base'} with a mutation")
+
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        self.redraws += 1
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the incumbent from a tree read back after a stop."""
@@ -47,6 +52,7 @@ class GreedyProposer(BaseProposer):
             self.observe(tree, node)
 
     def observe(self, tree: Tree, node: Node) -> None:
+        self.redraws = 0
         best = tree.score_of(self.incumbent)
         if node.scored and (best is None or node.val_score > best):
             self.incumbent = node.id

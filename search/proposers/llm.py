@@ -84,11 +84,14 @@ def reply_schema(space: SearchSpace) -> dict:
 
 
 def parse_json_object(text: str) -> dict:
-    """The JSON object in a reply, tolerating a Markdown code fence around it."""
+    """The JSON object in a reply, as local servers write them: inside a Markdown code fence
+    or between sentences, with raw newlines inside strings (``strict=False``)."""
     fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
     candidate = (fenced.group(1) if fenced else text).strip()
+    if not candidate.startswith("{") and "{" in candidate:
+        candidate = candidate[candidate.index("{"): candidate.rindex("}") + 1 if "}" in candidate else None]
     try:
-        value = json.loads(candidate)
+        value = json.loads(candidate, strict=False)
     except json.JSONDecodeError as exc:
         raise ProposalError(f"the reply is not valid JSON ({exc.msg} at character {exc.pos})") from exc
     if not isinstance(value, dict):
@@ -248,6 +251,13 @@ class LLMProposer:
         if reason is not None:
             self.feedback.append(f"a person rejected the proposal from {proposal.parent or 'base'} "
                                  f"({json.dumps(proposal.hyperparameters, sort_keys=True)}): {reason}")
+
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        fail_trial(self.study, proposal.optuna_trial)
+        self.feedback.append(f"your proposal from {proposal.parent or 'base'} "
+                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) nearly repeats {twin.id}, which "
+                             "already ran from there with the same train.py; it was not run. Propose something that "
+                             "differs (other values, another parent, or an edit)")
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         fail_orphan_trials(self.study, tree)

@@ -74,6 +74,15 @@ class ScheduleProposer(BaseProposer, ABC):
     def trial_number(self) -> int | None:
         return None
 
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        """The stage already exists as ``twin``: the schedule continues from it (or ends
+        there, when it was its last stage or failed)."""
+        if twin.scored and self.pending:
+            self.tip = twin.id
+            return
+        self.pending = []
+        self.finished(tree, twin)
+
     def observe(self, tree: Tree, node: Node) -> None:
         if node.scored and self.pending:
             self.tip = node.id
