@@ -14,6 +14,8 @@ from autorl.errors import ConfigError
 STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "llm", "hybrid")
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
+CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),
+           "sandbox": ("auto", "bwrap", "none")}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -97,32 +99,12 @@ class SessionConfig(BaseModel):
             raise ValueError("must be a positive duration")
         return value
 
-    @field_validator("strategy")
+    @field_validator("strategy", "approve", "workers", "sandbox")
     @classmethod
-    def _known_strategy(cls, value: str) -> str:
-        if value not in STRATEGIES:
-            raise ValueError(f"unknown strategy {value!r}; choose one of {', '.join(STRATEGIES)}")
-        return value
-
-    @field_validator("approve")
-    @classmethod
-    def _known_approve(cls, value: str) -> str:
-        if value not in ("none", "edits", "all"):
-            raise ValueError(f"unknown approve mode {value!r}; choose one of none, edits, all")
-        return value
-
-    @field_validator("workers")
-    @classmethod
-    def _known_workers(cls, value: str) -> str:
-        if value not in ("warm", "cold"):
-            raise ValueError(f"unknown workers {value!r}; choose warm or cold")
-        return value
-
-    @field_validator("sandbox")
-    @classmethod
-    def _known_sandbox(cls, value: str) -> str:
-        if value not in ("auto", "bwrap", "none"):
-            raise ValueError(f"unknown sandbox {value!r}; choose one of auto, bwrap, none")
+    def _one_of_the_choices(cls, value: str, info) -> str:
+        choices = CHOICES[info.field_name]
+        if value not in choices:
+            raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(choices)}")
         return value
 
     @field_validator("name")

@@ -42,7 +42,7 @@ def test_template_without_base_model(tmp_path):
     (["--time", "soon"], "bad duration 'soon'"),
     (["--stages", "0"], "--stages: should be greater than or equal to 1 (got 0)"),
     (["--strategy", "magic"], "unknown strategy"),
-    (["--workers", "hot"], "unknown workers 'hot'; choose warm or cold"),
+    (["--workers", "hot"], "--workers: unknown workers 'hot'; choose one of warm, cold"),
     (["--seed", "-1"], "--seed: should be greater than or equal to 0 (got -1)"),
     (["--seed", str(2**32)], "--seed: should be less than 4294967296"),
     (["--llm-timeout", "-1"], "--llm-timeout: should be greater than 0"),

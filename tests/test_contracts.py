@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import EXPERIMENTS, make_template, run_cli
+from conftest import make_template, run_cli
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 
@@ -39,11 +39,17 @@ def test_a_trial_whose_metrics_contradict_its_footer_fails_and_a_repeat_stops_th
     assert "logged no per-step metrics to metrics_path although its footer says 20 steps" in data["nodes"][0]["reason"]
 
 
-def test_an_evaluator_output_without_stderr_fails_the_node_and_a_repeat_stops_the_session(tmp_path, runs_dir):
+def evaluator_changed(tmp_path, old: str, new: str):
+    """A stand-in template whose evaluator has ``old`` replaced by ``new``."""
     template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
     evaluate = template / "env" / "evaluate.py"
-    evaluate.write_text(evaluate.read_text().replace(
-        '"stderr": stderr,', '**({} if "nodes" in str(args.checkpoint) else {"stderr": stderr}),'))
+    evaluate.write_text(evaluate.read_text().replace(old, new))
+    return template
+
+
+def test_an_evaluator_output_without_stderr_fails_the_node_and_a_repeat_stops_the_session(tmp_path, runs_dir):
+    template = evaluator_changed(tmp_path, '"stderr": stderr,',
+                                 '**({} if "nodes" in str(args.checkpoint) else {"stderr": stderr}),')
     done = run_cli("research", "no stderr", "--template", str(template), "--stages", "4", "--name", "nostderr")
     data = assert_stopped_for_good(done, "nostderr", "broke the template contract")
     assert [n["status"] for n in data["nodes"]] == ["failed", "failed"]
@@ -51,10 +57,8 @@ def test_an_evaluator_output_without_stderr_fails_the_node_and_a_repeat_stops_th
 
 
 def test_an_evaluator_items_without_correct_stops_at_the_base_model(tmp_path, runs_dir):
-    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
-    evaluate = template / "env" / "evaluate.py"
-    evaluate.write_text(evaluate.read_text().replace(
-        '"items": items}', '"items": [{"id": i["id"], "right": i["correct"]} for i in items]}'))
+    template = evaluator_changed(tmp_path, '"items": items}',
+                                 '"items": [{"id": i["id"], "right": i["correct"]} for i in items]}')
     done = run_cli("research", "no correct", "--template", str(template), "--stages", "2", "--name", "nocorrect")
     data = assert_stopped_for_good(done, "nocorrect", "'items' is not a list of objects with 'id' and 'correct'")
     assert data["nodes"] == []
