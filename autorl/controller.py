@@ -20,7 +20,8 @@ from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import SessionConfig
 from autorl.deferred import Deferred
-from autorl.diagnose import diagnose
+from autorl.curves import read_records
+from autorl.diagnose import RewardScale, diagnose
 from autorl.errors import CheckpointError, ContractError, FrozenFileError, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
@@ -82,6 +83,9 @@ class Controller:
         self.reason = ""
         self.phase = ""  # of the running stage: starting, training, saving, evaluating
         self.deferred = Deferred(self.observer.message)
+        self.reward_scale = RewardScale(declared=template.reward_width)
+        for node in self.tree.nodes.values():  # a resumed session knows the rewards it has seen
+            self.reward_scale.learn(read_records(self.node_dir(node.id) / "metrics.jsonl"))
         self.productive = sum(productive_seconds(n.timing) for n in self.tree.nodes.values())
 
     @property
@@ -374,7 +378,8 @@ class Controller:
     def diagnose(self, node: Node, outcome: StageOutcome) -> None:
         """Name what went wrong (or right) in this stage, against its parent on the same items."""
         node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent)) if node.scored else None
-        node.diagnosis = diagnose(outcome.records, node.comparison)
+        self.reward_scale.learn(outcome.records)
+        node.diagnosis = diagnose(outcome.records, node.comparison, self.reward_scale)
         node_dir = self.node_dir(node.id)
         (node_dir / "diagnosis.json").write_text(json.dumps(
             {"findings": [f.to_dict() for f in node.diagnosis],

@@ -5,18 +5,55 @@ and returns a Finding with a name, a severity, evidence (steps and values) and a
 suggested direction. The findings go to MLflow with the node and into the context of
 the next proposal.
 
-Zero-variance groups use TRL's ``frac_reward_zero_std``. It is exact when reward
-weights are binary-exact (the arith template uses 1.0 and 0.25); with weights like 0.2
-a constant group's float32 std is ~1e-8 and is not counted, so templates should keep
-binary-exact weights.
+Thresholds on rewards are fractions of the template's reward range (``RewardScale``:
+declared as ``[reward] low/high`` in env/constants.toml, else learned from what the
+session's stages logged), so a template whose rewards run 0–10 or −1–1 is judged as
+one whose rewards run 0–1.25.
+
+Zero-variance groups: TRL's ``frac_reward_zero_std`` compares a group's float32 std
+with zero and misses constant groups whose rewards are not exact in binary (thirds,
+tenths: their std is ~1e-8). A ``train.py`` that logs ``frac_reward_constant`` (from
+the per-completion rewards, with a tolerance; both built-in templates do) is believed
+first; otherwise a mean ``reward_std`` below a tolerance of the range means every
+group was constant, whatever TRL counted.
 """
 
 from __future__ import annotations
 
 import math
 
+from dataclasses import dataclass
+
 from autorl.curves import series, training_steps
 from search.tree import Comparison, Finding
+
+CONSTANT_STD = 1e-6  # a group whose reward std is below this share of the reward range gave no signal
+
+
+@dataclass
+class RewardScale:
+    """The width of the reward range that thresholds are fractions of.
+
+    Declared by the template, or the widest spread of rewards the session has seen
+    (per-step means and, where logged, four within-group standard deviations), never
+    narrower than ``floor`` so a first, flat stage is not judged on noise.
+    """
+
+    declared: float | None = None
+    seen: float = 0.0
+    floor: float = 0.05
+
+    @property
+    def width(self) -> float:
+        return self.declared if self.declared else max(self.seen, self.floor)
+
+    def learn(self, records: list[dict]) -> None:
+        reward, spread = series(records, "reward"), series(records, "reward_std")
+        if reward:
+            self.seen = max(self.seen, max(reward) - min(reward), 4 * max(spread, default=0.0))
+
+
+DEFAULT_SCALE = RewardScale(declared=1.0)
 
 
 def _steps(records: list[dict], key: str) -> list[int]:
@@ -49,13 +86,13 @@ def entropy_collapse(records) -> Finding | None:
     return None
 
 
-def reward_plateau(records) -> Finding | None:
+def reward_plateau(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
     reward = series(records, "reward")
     if len(reward) < 8:
         return None
     tail = _tail(reward)
     gain = _mean(tail[len(tail) // 2:]) - _mean(tail[: len(tail) // 2])
-    if abs(gain) < 0.01 and max(tail) - min(tail) < 0.15:
+    if abs(gain) < 0.008 * scale.width and max(tail) - min(tail) < 0.12 * scale.width:
         return Finding("reward_plateau", "info",
                        f"reward flat over the second half (≈{_mean(tail):.3f}, change {gain:+.3f})",
                        "change something: a higher learning rate, larger groups, or a new stage from another node",
@@ -63,8 +100,18 @@ def reward_plateau(records) -> Finding | None:
     return None
 
 
-def zero_variance_groups(records) -> Finding | None:
-    frac = series(records, "frac_reward_zero_std")
+def constant_group_fraction(records, scale: RewardScale) -> list[float]:
+    """Per step, the share of prompt groups whose completions all got the same reward."""
+    if series(records, "frac_reward_constant"):
+        return series(records, "frac_reward_constant")
+    steps = [r for r in training_steps(records) if isinstance(r.get("frac_reward_zero_std"), (int, float))]
+    tolerance = CONSTANT_STD * scale.width
+    return [1.0 if isinstance(r.get("reward_std"), (int, float)) and r["reward_std"] <= tolerance
+            else float(r["frac_reward_zero_std"]) for r in steps]
+
+
+def zero_variance_groups(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
+    frac = constant_group_fraction(records, scale)
     if len(frac) < 2:
         return None
     tail = _mean(_tail(frac))
@@ -73,7 +120,7 @@ def zero_variance_groups(records) -> Finding | None:
         return Finding("zero_variance_groups", severity,
                        f"{tail:.0%} of groups had identical rewards in the second half (no gradient from them)",
                        "larger groups (num_generations), higher temperature, or harder/easier prompts",
-                       _span(records, "frac_reward_zero_std"), {"fraction": tail})
+                       _span(records, "reward"), {"fraction": tail})
     return None
 
 
@@ -106,7 +153,7 @@ def length_problems(records) -> Finding | None:
     return None
 
 
-def instability(records) -> Finding | None:
+def instability(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
     for key in ("loss", "reward", "grad_norm"):
         values = [r.get(key) for r in training_steps(records) if key in r]
         bad = [v for v in values if not isinstance(v, (int, float)) or not math.isfinite(v)]
@@ -124,19 +171,20 @@ def instability(records) -> Finding | None:
     reward = series(records, "reward")
     if len(reward) >= 6:
         peak, end = max(reward), _mean(reward[-3:])
-        if peak - end > 0.2 and end < 0.6 * peak:
+        if peak - end > 0.16 * scale.width:
             return Finding("reward_collapse", "critical", f"reward fell from a peak of {peak:.3f} to {end:.3f}",
                            "lower the learning rate; continue from the checkpoint before the collapse",
                            _span(records, "reward"), {"peak": peak, "end": end})
     return None
 
 
-def train_eval_divergence(records, comparison: Comparison | None) -> Finding | None:
+def train_eval_divergence(records, comparison: Comparison | None, scale: RewardScale = DEFAULT_SCALE
+                          ) -> Finding | None:
     reward = series(records, "reward")
     if comparison is None or len(reward) < 4:
         return None
     rise = _mean(reward[-3:]) - _mean(reward[:3])
-    if rise > 0.1 and comparison.verdict == "worse":
+    if rise > 0.08 * scale.width and comparison.verdict == "worse":
         return Finding("train_eval_divergence", "critical",
                        f"training reward rose by {rise:+.3f} while validation fell by {comparison.delta:+.3f}",
                        "the policy may be exploiting the reward: inspect completions, tighten the reward",
@@ -153,10 +201,31 @@ def regression(comparison: Comparison | None) -> Finding | None:
     return None
 
 
-def diagnose(records: list[dict], comparison: Comparison | None = None) -> list[Finding]:
+def diagnose(records: list[dict], comparison: Comparison | None = None,
+             scale: RewardScale = DEFAULT_SCALE) -> list[Finding]:
     """All findings for one stage, most severe first."""
-    detectors = [entropy_collapse(records), reward_plateau(records), zero_variance_groups(records),
-                 kl_blowup(records), length_problems(records), instability(records),
-                 train_eval_divergence(records, comparison), regression(comparison)]
+    detectors = [entropy_collapse(records), reward_plateau(records, scale), zero_variance_groups(records, scale),
+                 kl_blowup(records), length_problems(records), instability(records, scale),
+                 train_eval_divergence(records, comparison, scale), regression(comparison)]
+    findings = [f for f in detectors if f is not None]
+    names = {f.name for f in findings}
+    if "kl_blowup" in names and "train_eval_divergence" in names:
+        findings = blame_the_kl(findings)
     order = {"critical": 0, "warning": 1, "info": 2}
-    return sorted((f for f in detectors if f is not None), key=lambda f: order[f.severity])
+    return sorted(findings, key=lambda f: order[f.severity])
+
+
+def blame_the_kl(findings: list[Finding]) -> list[Finding]:
+    """Validation fell while KL blew up: the policy drifted away from the reference, and that
+    is the cause to steer on (lower the learning rate, raise beta), not reward hacking."""
+    divergence = next(f for f in findings if f.name == "train_eval_divergence")
+    kept = []
+    for finding in findings:
+        if finding.name == "train_eval_divergence":
+            continue
+        if finding.name == "kl_blowup":
+            finding = Finding(finding.name, "critical", f"{finding.evidence}; validation fell by "
+                              f"{divergence.values.get('val_delta', 0.0):+.3f}", finding.suggestion, finding.steps,
+                              {**finding.values, "val_delta": divergence.values.get("val_delta")})
+        kept.append(finding)
+    return kept

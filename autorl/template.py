@@ -66,6 +66,12 @@ class Template:
         return int(hyperparameters[name]) if name else int(self.constants["stage"]["max_steps"])
 
     @property
+    def reward_width(self) -> float | None:
+        """high - low of ``[reward]`` in env/constants.toml, when the template declares it."""
+        reward = self.constants.get("reward")
+        return float(reward["high"]) - float(reward["low"]) if reward else None
+
+    @property
     def stage_wall_seconds(self) -> float:
         return float(self.constants["stage"]["wall_seconds"])
 
@@ -136,6 +142,12 @@ def read_constants(path: Path) -> dict:
         raise _broken(path, f"env/constants.toml: base_model must be a folder name; {fix}")
     if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 < wall < float("inf"):
         raise _broken(path, f"env/constants.toml: wall_seconds = {wall!r} is not a positive number; {fix}")
+    reward = constants.get("reward")
+    if reward is not None:
+        low, high = (reward.get(k) if isinstance(reward, dict) else None for k in ("low", "high"))
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
+            raise _broken(path, f"env/constants.toml: [reward] needs numbers low < high (the range of a completion's "
+                                f"total reward), got low = {low!r}, high = {high!r}; or leave [reward] out")
     return constants
 
 

@@ -79,3 +79,64 @@ def test_paired_comparison_calls_small_differences_ties():
 def test_plot_is_written(tmp_path):
     assert plot_curves(stream(), tmp_path / "c.png", "n001").stat().st_size > 1000
     assert plot_curves([{"step": 1}], tmp_path / "d.png", "empty") is None
+
+
+# -- any template: reward scale, constant groups, KL blamed over divergence -----------------
+
+from autorl.diagnose import RewardScale  # noqa: E402
+
+
+def scaled(records, factor, offset=0.0):
+    """The same run with every reward multiplied by ``factor`` and shifted by ``offset``."""
+    return [{**r, "reward": r["reward"] * factor + offset} if "reward" in r else r for r in records]
+
+
+@pytest.mark.parametrize("curve, finding", [
+    ({"reward": lambda i: 0.6 + 0.001 * (i % 2)}, "reward_plateau"),
+    ({"reward": lambda i: 0.9 if i < 10 else 0.3}, "reward_collapse"),
+])
+def test_findings_are_the_same_whatever_the_reward_range(curve, finding):
+    records = stream(**curve)
+    assert finding in names(records)
+    for factor, offset in ((8.0, 0.0), (2.0, -1.0), (0.1, 0.0)):
+        scale = RewardScale(declared=factor)
+        assert finding in [f.name for f in diagnose(scaled(records, factor, offset), scale=scale)], (factor, offset)
+
+
+def test_a_learned_scale_follows_what_the_stages_logged():
+    scale = RewardScale()
+    scale.learn(scaled(stream(), 10.0))
+    assert scale.width == pytest.approx(10 * 0.19)
+    flat = scaled(stream(reward=lambda i: 0.6 + 0.001 * (i % 2)), 10.0)
+    assert "reward_plateau" in [f.name for f in diagnose(flat, scale=scale)]
+
+
+def test_constant_groups_are_found_when_rewards_are_not_exact_in_binary():
+    missed_by_trl = stream(frac_reward_zero_std=lambda i: 0.0, frac_reward_constant=lambda i: 0.8)
+    assert "zero_variance_groups" in names(missed_by_trl)
+    all_constant = stream(frac_reward_zero_std=lambda i: 0.0, reward_std=lambda i: 1.4e-8)  # float32 std of thirds
+    assert "zero_variance_groups" in names(all_constant)
+
+
+def test_the_templates_count_constant_groups_with_a_tolerance():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("arith_train", Path(__file__).parents[1] / "templates/arith/train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    thirds = [lambda completions, **kw: [1 / 3] * 4 + [0.1, 0.2, 0.3, 0.4], lambda completions, **kw: [0.2] * 8]
+    groups = train.ConstantGroups(thirds, group_size=4)
+    for func in groups.funcs:
+        func(["c"] * 8)
+    assert groups.take() == 0.5 and groups.take() is None
+    assert [f.__name__ for f in groups.funcs] == ["<lambda>", "<lambda>"]
+
+
+def test_a_kl_blowup_that_costs_validation_is_the_critical_finding_not_reward_hacking():
+    records = stream(kl=lambda i: 0.001 if i < 10 else 0.5, reward=lambda i: 0.4 + 0.02 * i - (0.1 if i == 12 else 0))
+    worse = paired_comparison(items([0] * 50 + [1] * 150), items([1] * 200))
+    findings = diagnose(records, worse)
+    assert findings[0].name == "kl_blowup" and findings[0].severity == "critical"
+    assert "validation fell" in findings[0].evidence
+    assert "train_eval_divergence" not in [f.name for f in findings]

@@ -36,11 +36,48 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from env import task  # noqa: E402
 
 
+class ConstantGroups:
+    """The share of prompt groups whose completions all got the same total reward, from the
+    per-completion rewards with a tolerance: TRL's ``frac_reward_zero_std`` compares a
+    float32 std with zero and misses groups whose rewards are not exact in binary."""
+
+    def __init__(self, reward_funcs, group_size: int):
+        self.group_size = group_size
+        self.batch: list[list[float]] = []  # each reward function's values for the batch being scored
+        self.fractions: list[float] = []
+        self.funcs = [self.watch(func) for func in reward_funcs]
+
+    def watch(self, func):
+        def reward(completions, **kwargs):
+            values = func(completions, **kwargs)
+            self.batch.append([0.0 if v is None else float(v) for v in values])
+            if len(self.batch) == len(self.funcs):
+                self.close_batch()
+            return values
+
+        reward.__name__ = func.__name__  # TRL logs rewards/<name>/mean
+        return reward
+
+    def close_batch(self) -> None:
+        totals = [sum(values) for values in zip(*self.batch)]
+        self.batch = []
+        groups = [totals[i:i + self.group_size] for i in range(0, len(totals), self.group_size)]
+        if groups:
+            constant = [max(g) - min(g) <= 1e-6 * max(1.0, *map(abs, g)) for g in groups]
+            self.fractions.append(sum(constant) / len(constant))
+
+    def take(self) -> float | None:
+        """The mean share since the last call (None when nothing was scored)."""
+        fractions, self.fractions = self.fractions, []
+        return sum(fractions) / len(fractions) if fractions else None
+
+
 class JsonlMetrics(TrainerCallback):
     """Append every log TRL emits to a JSON-lines file, flushed at once."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, groups: ConstantGroups):
         self.path = path
+        self.groups = groups
         self.last: dict = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -48,6 +85,9 @@ class JsonlMetrics(TrainerCallback):
             return
         record = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
         if "reward" in record:
+            constant = self.groups.take()
+            if constant is not None:
+                record["frac_reward_constant"] = constant
             self.last = record
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -114,11 +154,12 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(
         spec["init_checkpoint"], use_safetensors=True, dtype=torch.bfloat16 if hw["bf16"] else torch.float32)
     dataset = Dataset.from_list(task.problems("train", constants["stage"]["train_size"], seed_offset=spec["seed"]))
-    metrics = JsonlMetrics(Path(spec["metrics_path"]))
+    groups = ConstantGroups(task.REWARD_FUNCS, spec["hyperparameters"]["num_generations"])
+    metrics = JsonlMetrics(Path(spec["metrics_path"]), groups)
 
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=task.REWARD_FUNCS,
+        reward_funcs=groups.funcs,
         args=build_config(spec, constants, hw),
         train_dataset=dataset,
         processing_class=tokenizer,
