@@ -60,9 +60,12 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: 
     from autorl.config import default_runs_dir, prepare_runs_dir
     from autorl.tracking import Tracker
 
-    runs = runs_dir or default_runs_dir()
-    runs = prepare_runs_dir(runs) if create else runs.expanduser().resolve()
-    return runs, Tracker.for_runs_dir(runs, tracking_uri, create=create)
+    runs = (runs_dir or default_runs_dir()).expanduser().resolve()
+    tracker = Tracker.for_runs_dir(runs, tracking_uri, create=create)
+    if create:
+        tracker.check_creatable()  # before the runs directory is made: a refusal leaves nothing behind
+        prepare_runs_dir(runs)
+    return runs, tracker
 
 
 @app.command()

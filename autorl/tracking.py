@@ -93,6 +93,14 @@ class Tracker:
     def for_runs_dir(cls, runs_dir: Path, uri: str | None = None, create: bool = True) -> "Tracker":
         return cls(uri or default_uri(runs_dir), runs_dir / "mlartifacts", create)
 
+    def check_creatable(self) -> None:
+        """A SQLite store outside the runs directory must have a folder to go in."""
+        database = sqlite_path(self.uri)
+        if database is not None and self.artifact_root is not None and \
+                database.parent != self.artifact_root.parent and not database.parent.is_dir():
+            raise TrackingError(f"cannot create tracking store {self.uri}: folder {database.parent} does not exist; "
+                                "create it or pass another --tracking-uri")
+
     def exists(self) -> bool:
         """False only for a SQLite store whose file is not there (servers are asked)."""
         database = sqlite_path(self.uri)

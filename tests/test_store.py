@@ -76,9 +76,9 @@ def test_reading_commands_create_nothing(tmp_path, command):
 def test_a_tracking_uri_in_a_missing_folder_is_refused_not_created(tmp_path):
     missing = tmp_path / "no" / "such"
     for command, code in ((["ls"], 0), (["show", "x"], 1), (["research", "topic", "--stages", "1"], 1)):
-        done = run_cli(*command, "--tracking-uri", f"sqlite:///{missing}/x.db", "--runs-dir", str(tmp_path / "runs"))
+        done = run_cli(*command, "--tracking-uri", f"sqlite:///{missing}/x.db", "--runs-dir", str(tmp_path / "fresh-runs"))
         assert done.returncode == code and "Traceback" not in done.stderr, done.stderr[-2000:]
-        assert not missing.exists()
+        assert not missing.exists() and not (tmp_path / "fresh-runs").exists()
         if command == ["ls"]:
             assert "no tracking store" in done.stdout
     assert "folder" in done.stderr and "does not exist" in done.stderr
