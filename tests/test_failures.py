@@ -55,9 +55,9 @@ def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on
     template = make_template(tmp_path / "tpl", train_py="tamper_train.py", evaluate_py="fast_evaluate.py")
     done = run_cli("research", "tamper", "--template", str(template), "--stages", "2", "--name", "tamper",
                    "--sandbox", sandbox)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # every stage failed: the session did not succeed
     data = json.loads(run_cli("show", "tamper", "--json").stdout)
-    assert data["status"] == "finished" and len(data["nodes"]) == 2
+    assert data["status"] == "failed" and "no stage succeeded" in data["reason"] and len(data["nodes"]) == 2
     for node in data["nodes"]:
         assert node["status"] == "failed" and node["val_score"] is None
         if sandbox == "bwrap":  # blocked: env/ is mounted read-only

@@ -15,6 +15,9 @@ if spec["node_id"] == "n001":
 if spec["node_id"] == "n002":
     subprocess.Popen(["sleep", "600"])  # a child in the same group must die too
     time.sleep(600)
+with open(spec["metrics_path"], "a") as handle:
+    handle.write(json.dumps({"step": 1, "reward": 0.5}) + "\n")
 shutil.copytree(spec["init_checkpoint"], Path(spec["output_dir"]) / "checkpoint")
 print("---")
 print("status: ok")
+print("steps: 1")
