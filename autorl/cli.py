@@ -76,7 +76,7 @@ def research(
     stages: int = option("stages", "--stages", "-n"),
     time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
-        None, "--strategy", help="tree | grid | random | optuna | greedy | llm | hybrid [default: hybrid with --llm, else tree]."),
+        None, "--strategy", help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = option("seed", "--seed"),
     max_depth: int = option("max_depth", "--max-depth"),
     sandbox: str = option("sandbox", "--sandbox"),

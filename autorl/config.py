@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autorl.errors import ConfigError
 
-STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "llm", "hybrid")
+STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid")
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
 CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),

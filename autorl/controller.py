@@ -129,7 +129,9 @@ class Controller:
         """Propose, train, score and record one stage (None when the proposal was dropped)."""
         self.gate.wait_while_paused()
         self.check_stop()
-        parent = self.parts.policy.select(self.tree) if self.parts.policy else None
+        budget = self.budget
+        parent = self.parts.policy.select(self.tree, budget.max_stages - budget.spent_stages,
+                                          budget.max_stages) if self.parts.policy else None
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
         except ProposalDropped as exc:

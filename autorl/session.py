@@ -17,7 +17,7 @@ from functools import partial
 from autorl import faults
 from autorl.approval import Gate
 from autorl.budget import Budget
-from autorl.config import LLM_STRATEGIES, SessionConfig
+from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
 from autorl.curves import curves_text, read_records, summarise_curves
 from autorl.errors import SessionError
@@ -35,8 +35,8 @@ from search import study as optuna_study
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from search.policy import BestFirstPolicy
-from search.proposers import (Deduplicated, FlatTpeProposer, GreedyProposer, GridProposer, LLMProposer, Proposer,
-                              RandomScheduleProposer, TpeProposer)
+from search.proposers import (FlatTpeProposer, GreedyProposer, GridProposer, Guarded, LLMProposer, PbtProposer,
+                              Proposer, RandomScheduleProposer, TpeProposer)
 from search.tree import Tree
 
 
@@ -48,9 +48,10 @@ def new_session_name(topic: str) -> str:
 def make_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
                   api_key: str | None, notify, tracer=None) -> Proposer:
     """The proposer for ``config.strategy`` (its ``name`` is the strategy's name), behind the
-    one de-duplication every strategy shares."""
+    checks every proposal passes (search/proposers/guard.py): novelty for all, the memory
+    of collapses for autorl's own strategies (the baselines run as published)."""
     strategy = strategy_proposer(config, template, workspace, budget, api_key, notify, tracer)
-    return Deduplicated(strategy, template.space)
+    return Guarded(strategy, template.space, remember=config.strategy in TREE_STRATEGIES)
 
 
 def strategy_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
@@ -62,6 +63,8 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return RandomScheduleProposer(space, depth, seed)
     if config.strategy == "greedy":
         return GreedyProposer(space, depth, seed)
+    if config.strategy == "pbt":
+        return PbtProposer(space, seed=seed)
     study = optuna_study.open_study(config.runs_dir, config.name, seed)
     if config.strategy == "optuna":
         return FlatTpeProposer(space, depth, study, seed)

@@ -18,6 +18,11 @@ first stage.
 Diagnosis steers it: a node that is worse than its parent beyond noise, or whose
 stage shows a critical pathology (reward collapse, non-finite values, no gradient,
 reward hacking), is not extended while any other candidate exists.
+
+Budget-aware: broad early, deep late. The exploration bonus shrinks with the share of
+the stage budget left, so the last stages go to the strongest nodes; and when fewer
+stages are left than a fresh first stage would need to be extended even once, the base
+model is no longer a candidate (a new root then cannot pay off).
 """
 
 from __future__ import annotations
@@ -39,17 +44,21 @@ class BestFirstPolicy:
         """The base model (None) and every scored, healthy node that may get another stage."""
         return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy]
 
-    def value(self, tree: Tree, node_id: str | None) -> float:
+    def value(self, tree: Tree, node_id: str | None, share_left: float = 1.0) -> float:
         visits = len(tree.children(node_id))
         stderr = tree.stderr_of(node_id) or tree.typical_stderr()
-        bonus = self.exploration * stderr * math.sqrt(math.log(len(tree.nodes) + 1) / (visits + 1))
+        bonus = self.exploration * share_left * stderr * math.sqrt(math.log(len(tree.nodes) + 1) / (visits + 1))
         return (tree.score_of(node_id) or 0.0) + bonus
 
-    def select(self, tree: Tree) -> str | None:
+    def select(self, tree: Tree, stages_left: int | None = None, stages: int | None = None) -> str | None:
+        """The node to extend; ``stages_left`` of ``stages`` make the choice budget-aware."""
         if len(tree.children(None)) < self.min_roots:
             return None
         candidates = self.candidates(tree)
-        values = {c: self.value(tree, c) for c in candidates}
+        if stages_left is not None and stages_left < 2 and len(candidates) > 1:
+            candidates.remove(None)  # a fresh root could not be extended before the budget ends
+        share_left = min(1.0, stages_left / stages) if stages_left is not None and stages else 1.0
+        values = {c: self.value(tree, c, share_left) for c in candidates}
         top = max(values.values())
         best = [c for c in candidates if math.isclose(values[c], top, abs_tol=1e-12)]
         return random.Random(f"policy:{self.seed}:{len(tree.nodes)}").choice(best)  # same pick after a resume

@@ -5,11 +5,13 @@ The rules are the textbook responses to each GRPO pathology (they are also what 
 findings' suggestions say in words). A direction becomes a narrowed range: "up" keeps
 the part of the space above the parent's value, "down" the part below. Optuna's TPE
 then samples inside the narrowed ranges, so the diagnosis picks the direction and TPE
-picks the distance. Categorical parameters move one choice in the direction.
+picks the distance, within one step (a quarter of the range) of the parent's value.
+Categorical parameters move one choice in the direction.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from search.space import Param, SearchSpace
@@ -48,9 +50,21 @@ def directions(findings: list[Finding], space: SearchSpace | None = None) -> dic
     return steer
 
 
+STEP = 0.25  # how far one steered stage may move: this share of the parameter's (log) range
+
+
 def narrowed_range(param: Param, value: Any, direction: str) -> tuple[float, float] | None:
-    """The numeric part of the space on ``direction``'s side of ``value`` (None if empty)."""
-    low, high = (value, param.high) if direction == "up" else (param.low, value)
+    """The numeric range one step to ``direction``'s side of ``value`` (None if empty).
+
+    One step, not the rest of the space: a plateau says "a bit higher", not "anything up
+    to the bound" — the bound is where stages collapse.
+    """
+    if param.log:
+        factor = math.exp(STEP * math.log(param.high / param.low))
+        low, high = (value, value * factor) if direction == "up" else (value / factor, value)
+    else:
+        span = STEP * (param.high - param.low)
+        low, high = (value, value + span) if direction == "up" else (value - span, value)
     low, high = max(low, param.low), min(high, param.high)
     return (low, high) if low < high else None
 

@@ -77,7 +77,7 @@ def test_a_trial_killed_by_the_oom_killer_fails_with_the_reason(tmp_path, runs_d
     template = make_template(tmp_path / "tpl", train_py="memory_hog_train.py", evaluate_py="fast_evaluate.py")
     done = run_cli("research", "oom", "--template", str(template), "--stages", "2", "--name", "oom",
                    "--trial-memory", "0.5")
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # no stage succeeded
     data = json.loads(run_cli("show", "oom", "--json").stdout)
-    assert data["status"] == "finished" and len(data["nodes"]) == 2
+    assert data["status"] == "failed" and len(data["nodes"]) == 2
     assert all(n["status"] == "failed" and "out of memory" in n["reason"] for n in data["nodes"])

@@ -237,11 +237,11 @@ def test_every_request_carries_its_own_seed(make_proposer, tree):
 
 
 def test_a_repeat_of_a_sibling_goes_back_to_the_llm_with_the_evidence(make_proposer, tree):
-    from search.proposers import Deduplicated
+    from search.proposers import Guarded
 
     tree.add(Node("n003", "n001", 2, {**TEMPLATE.space.defaults(), "learning_rate": 1e-4}, seed=3, proposer="llm",
                   commit=tree.nodes["n001"].commit, status=Status.SUCCEEDED, val_score=0.61, val_stderr=0.015))
     with serve(reply(), reply(learning_rate=3e-5)) as server:
-        proposal = Deduplicated(make_proposer(server), TEMPLATE.space).propose(tree, None)
+        proposal = Guarded(make_proposer(server), TEMPLATE.space).propose(tree, None)
         assert proposal.hyperparameters["learning_rate"] == 3e-5
         assert "nearly repeats n003" in json.dumps(server.llm.requests[-1]["messages"])

@@ -167,7 +167,7 @@ def scored_node(node_id, parent, values, depth=1, **fields):
 
 
 def test_a_greedy_mutation_that_repeats_a_sibling_is_drawn_again():
-    from search.proposers import Deduplicated
+    from search.proposers import Guarded
 
     tree = Tree(base_score=0.4)
     tree.add(scored_node("n001", None, DEDUP_SPACE.defaults()))
@@ -175,14 +175,14 @@ def test_a_greedy_mutation_that_repeats_a_sibling_is_drawn_again():
     greedy.restore(tree, {})
     first = greedy.propose(tree, None)
     tree.add(scored_node("n002", first.parent, first.hyperparameters, depth=2))  # it already ran
-    proposal = Deduplicated(greedy, DEDUP_SPACE).propose(tree, None)
+    proposal = Guarded(greedy, DEDUP_SPACE).propose(tree, None)
     assert proposal.hyperparameters != first.hyperparameters
 
 
 def test_a_grid_stage_that_already_exists_is_continued_from_not_run_again():
-    from search.proposers import Deduplicated
+    from search.proposers import Guarded
 
-    grid = Deduplicated(GridProposer(DEDUP_SPACE, max_depth=2, seed=0), DEDUP_SPACE)
+    grid = Guarded(GridProposer(DEDUP_SPACE, max_depth=2, seed=0), DEDUP_SPACE)
     tree = Tree(base_score=0.4)
     stage_one = GridProposer(DEDUP_SPACE, max_depth=2, seed=0).propose(tree, None)
     tree.add(scored_node("n001", None, stage_one.hyperparameters))  # e.g. another strategy ran it
@@ -202,7 +202,7 @@ def test_an_edit_is_never_a_duplicate_and_edited_siblings_are_not_repeats():
 
 
 def test_a_proposer_that_only_repeats_itself_is_dropped_not_looped():
-    from search.proposers import BaseProposer, Deduplicated, Proposal, ProposalDropped
+    from search.proposers import BaseProposer, Guarded, Proposal, ProposalDropped
 
     class Stuck(BaseProposer):
         name = "stuck"
@@ -217,6 +217,108 @@ def test_a_proposer_that_only_repeats_itself_is_dropped_not_looped():
     tree = Tree(base_score=0.4)
     tree.add(scored_node("n001", None, DEDUP_SPACE.defaults()))
     stuck = Stuck()
-    with pytest.raises(ProposalDropped, match="near-duplicates of n001"):
-        Deduplicated(stuck, DEDUP_SPACE).propose(tree, None)
+    with pytest.raises(ProposalDropped, match=r"failed the checks 4 times in a row \(near-duplicate of n001\)"):
+        Guarded(stuck, DEDUP_SPACE).propose(tree, None)
     assert stuck.heard == ["n001"] * 4
+
+
+# -- PBT -------------------------------------------------------------------------------------
+
+def run_pbt_round(tree, pbt, scores):
+    """Propose and 'train' one round: each member's stage gets the next score (None: failed)."""
+    for score in scores:
+        proposal = pbt.propose(tree, None)
+        node_id = f"n{len(tree.nodes) + 1:03d}"
+        depth = 1 if proposal.parent is None else tree.nodes[proposal.parent].depth + 1
+        status = Status.SUCCEEDED if score is not None else Status.FAILED
+        tree.add(Node(node_id, proposal.parent, depth, proposal.hyperparameters, seed=1, proposer="pbt",
+                      status=status, val_score=score, val_stderr=0.01 if score is not None else None))
+        pbt.observe(tree, tree.nodes[node_id])
+
+
+def test_pbt_members_continue_and_the_worst_exploit_the_best():
+    from search.proposers import PbtProposer
+
+    tree, pbt = Tree(base_score=0.5), PbtProposer(DEDUP_SPACE, size=4, seed=0)
+    run_pbt_round(tree, pbt, [0.55, 0.70, 0.40, 0.60])  # round 1: n001..n004 from the base model
+    assert [n.parent for n in tree.nodes.values()] == [None] * 4
+    assert tree.nodes["n001"].hyperparameters == DEDUP_SPACE.defaults()
+    run_pbt_round(tree, pbt, [0.6, 0.7, 0.5, 0.6])  # round 2
+    parents = [tree.nodes[f"n00{i}"].parent for i in range(5, 9)]
+    assert parents[:2] == ["n001", "n002"] and parents[3] == "n004"  # the others continue their own line
+    assert parents[2] == "n002"  # the worst (n003, 0.40) exploits the best (n002)
+    assert tree.nodes["n007"].hyperparameters != tree.nodes["n002"].hyperparameters  # … and explores
+
+
+def test_pbt_replays_its_population_after_a_resume():
+    from search.proposers import PbtProposer
+
+    tree, pbt = Tree(base_score=0.5), PbtProposer(DEDUP_SPACE, size=4, seed=3)
+    run_pbt_round(tree, pbt, [0.55, 0.70, None, 0.60])
+    resumed = PbtProposer(DEDUP_SPACE, size=4, seed=3)
+    resumed.restore(tree, {})
+    assert resumed.propose(tree, None) == pbt.propose(tree, None)
+
+
+# -- memory of collapses -----------------------------------------------------------------------
+
+def collapsed_tree():
+    tree = Tree(base_score=0.53)
+    tree.add(scored_node("n001", None, DEDUP_SPACE.defaults() | {"learning_rate": 5e-5}))
+    tree.nodes["n001"].val_score = 0.59
+    tree.add(Node("n002", None, 1, DEDUP_SPACE.defaults() | {"learning_rate": 9.4e-4}, seed=2, proposer="tree",
+                  status=Status.SUCCEEDED, val_score=0.11, val_stderr=0.01))
+    return tree
+
+
+def test_one_collapse_sets_a_learning_rate_limit_with_its_evidence():
+    from search.memory import learning_rate_limit
+
+    limit = learning_rate_limit(collapsed_tree(), DEDUP_SPACE)
+    assert limit.name == "learning_rate" and limit.value == pytest.approx(9.4e-4 * 0.7)
+    assert "n002 collapsed at learning_rate=0.00094 (validation fell from 0.530 to 0.110)" in limit.evidence
+    assert learning_rate_limit(Tree(base_score=0.5), DEDUP_SPACE) is None
+
+
+def test_tpe_samples_below_a_collapse_anywhere_in_the_tree(tmp_path):
+    tree = collapsed_tree()
+    proposer = TpeProposer(DEDUP_SPACE, hpo.open_study(tmp_path, "memory", seed=0), start_with_defaults=False)
+    for node in tree.nodes.values():
+        proposer.observe(tree, node)
+    rates = [proposer.propose(tree, "n001").hyperparameters["learning_rate"] for _ in range(12)]
+    assert max(rates) < 9.4e-4 * 0.7
+
+
+def test_the_guard_sends_a_known_failure_back_but_leaves_baselines_alone():
+    from search.proposers import BaseProposer, Guarded, Proposal
+
+    class Reckless(BaseProposer):
+        name = "reckless"
+
+        def __init__(self):
+            self.heard, self.rate = [], 8e-4
+
+        def propose(self, tree, parent):
+            return Proposal(parent="n001", hyperparameters=DEDUP_SPACE.defaults() | {"learning_rate": self.rate})
+
+        def withdraw_failure(self, proposal, evidence):
+            self.heard.append(evidence)
+            self.rate = 1e-4
+
+    guarded = Guarded(Reckless(), DEDUP_SPACE)
+    assert guarded.propose(collapsed_tree(), None).hyperparameters["learning_rate"] == 1e-4
+    assert "n002 collapsed" in guarded.inner.heard[0] and guarded.usage()["known_failures_refused"] == 1
+    baseline = Guarded(Reckless(), DEDUP_SPACE, remember=False)
+    assert baseline.propose(collapsed_tree(), None).hyperparameters["learning_rate"] == 8e-4
+
+
+# -- budget-aware policy --------------------------------------------------------------------------
+
+def test_the_last_stage_is_not_spent_on_a_fresh_root_and_exploration_fades():
+    policy = BestFirstPolicy(max_depth=3, seed=0, min_roots=1)
+    tree = Tree(base_score=0.5, base_stderr=0.02)
+    tree.add(scored_node("n001", None, DEDUP_SPACE.defaults()))
+    tree.nodes["n001"].val_score = 0.45  # below the base: early on, a fresh root is worth a try
+    assert policy.select(tree, stages_left=8, stages=8) is None
+    assert policy.select(tree, stages_left=1, stages=8) == "n001"
+    assert policy.value(tree, "n001", share_left=0.0) == 0.45

@@ -1,6 +1,7 @@
 """Diagnosis steering Optuna's values, and de-duplication of near-identical stages."""
 
 import optuna
+import pytest
 
 from search import study as hpo
 from autorl import template as templates
@@ -24,7 +25,8 @@ def parent_tree(findings, **values):
 def test_findings_become_directions_on_the_parents_values():
     ranges, fixed, applied = steered_space(SPACE, SPACE.defaults(), [Finding("entropy_collapse", "warning"),
                                                                      Finding("zero_variance_groups", "warning")])
-    assert ranges["temperature"] == (1.0, 1.5) and ranges["learning_rate"] == (1e-5, 5e-5)
+    # one step (a quarter of the range, of the log range for the learning rate) from the parent's value
+    assert ranges["temperature"] == (1.0, 1.25) and ranges["learning_rate"] == pytest.approx((5e-5 / 100 ** 0.25, 5e-5))
     assert fixed == {"num_generations": 16}
     assert applied == {"temperature": "up", "learning_rate": "down", "num_generations": "up"}
 
@@ -78,7 +80,7 @@ def test_steering_follows_roles_not_names():
                          Param(name="sampling_temp", type="float", low=0.5, high=1.5, default=1.0, role="temperature")])
     ranges, _, applied = steered_space(space, space.defaults(), [Finding("entropy_collapse", "warning")])
     assert applied == {"sampling_temp": "up", "peak_lr": "down"}
-    assert ranges["peak_lr"] == (1e-6, 1e-5) and ranges["sampling_temp"] == (1.0, 1.5)
+    assert ranges["peak_lr"] == pytest.approx((1e-5 / 1000 ** 0.25, 1e-5)) and ranges["sampling_temp"] == (1.0, 1.25)
 
 
 def test_every_finding_a_detector_raises_has_a_steering_rule():

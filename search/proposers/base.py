@@ -49,6 +49,9 @@ class Proposer(Protocol):
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
         """``proposal`` nearly repeats ``twin`` and will not run; the next proposal should differ."""
 
+    def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
+        """``proposal`` lies where a stage already collapsed (``evidence`` says where) and will not run."""
+
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the search state of a stopped session from its tree and logged metrics."""
 
@@ -69,6 +72,9 @@ class BaseProposer:
         pass
 
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        self.withdraw(proposal)
+
+    def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
         self.withdraw(proposal)
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:

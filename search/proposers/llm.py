@@ -259,6 +259,12 @@ class LLMProposer:
                              "already ran from there with the same train.py; it was not run. Propose something that "
                              "differs (other values, another parent, or an edit)")
 
+    def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
+        fail_trial(self.study, proposal.optuna_trial)
+        self.feedback.append(f"your proposal from {proposal.parent or 'base'} "
+                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) was not run: it repeats a known "
+                             f"failure. {evidence}. Propose something outside that region")
+
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         fail_orphan_trials(self.study, tree)
         self.client.usage.restore(session_metrics)

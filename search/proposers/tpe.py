@@ -19,6 +19,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from search.memory import learning_rate_limit
 from search.novelty import duplicate_of
 from search.proposers.base import BaseProposer, Proposal
 from search.study import fail_orphan_trials, fail_trial, record_node, reseed
@@ -29,12 +30,20 @@ from search.tree import Node, Tree
 MAX_RESAMPLES = 3
 
 
+def below_limit(param, current: tuple[float, float] | None, limit: float) -> tuple[float, float] | None:
+    """``current`` (or the whole range) cut just below ``limit``; None when nothing is left."""
+    low, high = current or (param.low, param.high)
+    high = min(high, limit * (1 - 1e-9))
+    return (low, high) if low < high else None
+
+
 class TpeProposer(BaseProposer):
     name = "tree"
 
     def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
-                 steer: bool = True, seed: int = 0):
+                 steer: bool = True, seed: int = 0, avoid_collapses: bool = True):
         self.space = space
+        self.avoid_collapses = avoid_collapses
         self.study = study
         self.steer = steer
         self.seed = seed
@@ -48,6 +57,10 @@ class TpeProposer(BaseProposer):
         ranges, fixed, applied = steered_space(self.space, node.hyperparameters if node else {}, findings)
         commit = node.commit if node else None
         notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
+        if (limit := learning_rate_limit(tree, self.space)) is not None and self.avoid_collapses:
+            if below := below_limit(self.space.params[limit.name], ranges.get(limit.name), limit.value):
+                ranges[limit.name] = below
+                notes.append(f"kept below {limit.name}={limit.value:.3g} ({limit.evidence.split(';')[0]})")
         for attempt in range(MAX_RESAMPLES):
             trial = self.ask(ranges, fixed, tree, parent, attempt)
             values = self.space.check(trial.params)
