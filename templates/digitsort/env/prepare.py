@@ -7,8 +7,8 @@ never runs this; it exists so anyone can rebuild and check the shipped model:
 
 Recipe: a byte-level BPE tokenizer with single-digit tokens, a 4-layer Llama of
 ~0.9 M parameters, and a short supervised warm-up (plain torch, completion-only loss)
-on training-split problems only, stopped while the model is still at about half
-accuracy, so that GRPO has something to learn.
+on training-split problems only, stopped after 95 steps while the model sorts about
+60% of the validation strings exactly, so that GRPO has something to learn.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 SEED = 0
-WARMUP_STEPS = 650
+WARMUP_STEPS = 95
 BATCH_SIZE = 64
 LEARNING_RATE = 2e-3
 
