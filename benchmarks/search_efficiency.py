@@ -31,13 +31,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STRATEGIES = ("tree", "grid", "random", "optuna", "greedy")
+STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt")
+BASELINES = ("grid", "greedy", "pbt")  # the tree is compared with each, paired by seed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--first-seed", type=int, default=100,
+                        help="search seeds are FIRST..FIRST+SEEDS-1; 0-99 are for developing the policy, the "
+                             "committed results use 100 and up")
     parser.add_argument("--stages", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side (one torch thread each)")
     parser.add_argument("--template", default="arith")
@@ -105,6 +109,22 @@ def summarise(data: dict) -> dict:
     }
 
 
+def paired_test(results: list[dict], strategy: str, baseline: str) -> dict | None:
+    """The strategy's test score minus the baseline's, seed by seed, with an exact two-sided
+    sign-flip permutation p-value (with 5 seeds the smallest possible p is 2/32 = 0.0625)."""
+    by_seed = {(r["strategy"], r["seed"]): r["best_test"] for r in results}
+    seeds = sorted({r["seed"] for r in results})
+    diffs = [by_seed[(strategy, s)] - by_seed[(baseline, s)] for s in seeds
+             if (strategy, s) in by_seed and (baseline, s) in by_seed]
+    if not diffs:
+        return None
+    observed = abs(sum(diffs))
+    flips = [sum(d if (mask >> i) & 1 else -d for i, d in enumerate(diffs)) for mask in range(2 ** len(diffs))]
+    p = sum(abs(total) >= observed - 1e-12 for total in flips) / len(flips)
+    return {"mean_difference": sum(diffs) / len(diffs), "wins": sum(d > 0 for d in diffs),
+            "losses": sum(d < 0 for d in diffs), "n": len(diffs), "p_value": p}
+
+
 def stages_to_reach(curve: list, target: float) -> int | None:
     """First stage count at which a best-so-far curve reaches ``target`` (None: never)."""
     return next((i + 1 for i, value in enumerate(curve) if value is not None and value >= target), None)
@@ -139,6 +159,18 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         rows.append(f"| {strategy} | {median:.3f} [{min(tests):.3f}, {max(tests):.3f}] | "
                     f"{100 * entry['gain_over_base']:+.1f} | {vs_grid} | {to_grid} ({entry['reached_grid_best']}) | "
                     f"{entry['wall_seconds_median'] / 60:.1f} min |")
+    comparisons = {}
+    if "tree" in by_strategy:
+        rows += ["", "Paired by search seed, tree against each baseline (test accuracy, exact sign-flip test):", "",
+                 "| baseline | mean difference (points) | tree wins / losses | p (two-sided) |", "|---|---|---|---|"]
+        for baseline in (b for b in BASELINES if b in by_strategy):
+            test = paired_test(results, "tree", baseline)
+            if test is None:
+                continue
+            comparisons[baseline] = test
+            rows.append(f"| {baseline} | {100 * test['mean_difference']:+.1f} | {test['wins']} / {test['losses']} "
+                        f"(of {test['n']}) | {test['p_value']:.3f} |")
+        table["tree_paired"] = comparisons
     stderr = statistics.median(r["best_test_stderr"] for r in results)
     notes = [
         "", f"Budget: {args.stages} stages per session, {args.seeds} search seeds per strategy, template "
@@ -147,6 +179,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         f"Base model test accuracy {base_test:.3f}; one test score's standard error ≈ {stderr:.3f} "
         f"(1,000 problems), so differences of medians below ~{2 * stderr:.3f} are within noise.",
         "Grid's best validation score (median over seeds): " + ("—" if grid_val is None else f"{grid_val:.3f}") + ".",
+        "Winning schedules (stages on the winner's path, per seed): " + "; ".join(
+            f"{s} {[len(r['best_path']) for r in runs]}" for s, runs in by_strategy.items()) + ".",
     ]
     return "\n".join(rows + notes) + "\n", table
 
@@ -182,7 +216,8 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     log = args.work / "results.jsonl"
     done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     have = {(r["strategy"], r["seed"]) for r in done}
-    jobs = [(s, seed) for seed in range(args.seeds) for s in args.strategies if (s, seed) not in have]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    jobs = [(s, seed) for seed in seeds for s in args.strategies if (s, seed) not in have]
 
     def run_and_record(job):
         result = run_session(*job, args)
@@ -194,7 +229,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done += list(pool.map(run_and_record, jobs))
-    return [r for r in done if r["strategy"] in args.strategies and r["seed"] < args.seeds]
+    return [r for r in done if r["strategy"] in args.strategies and r["seed"] in seeds]
 
 
 def main(argv=None) -> int:
@@ -210,7 +245,7 @@ def main(argv=None) -> int:
     results = run_all(args)
     text, table = report(results, args)
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
-    stem = "search_efficiency_quick" if args.quick else "search_efficiency"
+    stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                        "summary": table, "sessions": results}, indent=2))
