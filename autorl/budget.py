@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from autorl.goals import Goals
+
 
 @dataclass
 class Budget:
@@ -16,6 +18,7 @@ class Budget:
     max_seconds: float | None = None
     spent_stages: int = 0
     started: float = field(default_factory=time.monotonic)
+    goals: Goals = field(default_factory=Goals)  # a target or patience may end the session sooner
 
     @property
     def elapsed(self) -> float:

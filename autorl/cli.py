@@ -82,6 +82,8 @@ def research(
     sandbox: str = option("sandbox", "--sandbox"),
     workers: str = option("workers", "--workers"),
     trial_memory: float = option("trial_memory_gb", "--trial-memory"),
+    target: Optional[float] = option("target", "--target"),
+    patience: Optional[int] = option("patience", "--patience"),
     gpus: str = option("gpus", "--gpus"),
     approve: str = option("approve", "--approve"),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
@@ -110,7 +112,8 @@ def research(
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
-        gpus=gpus, approve=approve,
+        gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
+        patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs),
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
@@ -123,6 +126,20 @@ def research(
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
     drive_tui(controller, runs, tracker) if gate else drive(controller, runs, tracker)
+
+
+def confirmed_topic_target(topic: str) -> float | None:
+    """The target a topic states, if the person at the terminal confirms it (never in scripts)."""
+    from autorl.goals import target_in_topic
+
+    target = target_in_topic(topic)
+    if target is None:
+        return None
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        console.print(f"[dim]the topic states a target of {target:g}; pass --target {target:g} to stop there[/]")
+        return None
+    return target if typer.confirm(f"The topic states a target: stop when validation reaches {target:g}?",
+                                   default=True) else None
 
 
 def interface(approve: str):

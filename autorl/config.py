@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tempfile
@@ -67,6 +68,10 @@ class SessionConfig(BaseModel):
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
     strategy: str = Field("tree", description="How the next stage is proposed.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seed of the search (policy, sampler, trial seeds).")
+    target: float | None = Field(None, description="Stop when a node's validation score reaches this "
+                                 "(e.g. 0.65); a topic stating a percentage suggests one.")
+    patience: int | None = Field(None, ge=1, description="Stop after this many stages in a row without a gain "
+                                 "beyond noise.")
     max_depth: int = Field(3, ge=1, description="Longest schedule: stages on one root-to-leaf path.")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, ge=0.25, description="Memory limit of one trial (its cgroup), in GiB.")
@@ -91,6 +96,13 @@ class SessionConfig(BaseModel):
         if not value.strip():
             raise ValueError("the topic is empty; say what the session should find out, e.g. 'reach 70% on the task'")
         return value.strip()
+
+    @field_validator("target")
+    @classmethod
+    def _finite_target(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite score, e.g. 0.65")
+        return value
 
     @field_validator("time_budget_s")
     @classmethod
@@ -130,7 +142,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
-    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "template": "--template", "approve": "--approve",
+    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
 }
 
 

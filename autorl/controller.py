@@ -101,7 +101,7 @@ class Controller:
             if self.tree.base_score is None:
                 self.score_base()
             self.reconcile()
-            while (reason := self.budget.exhausted()) is None:
+            while (reason := self.budget.exhausted() or self.budget.goals.met(self.tree)) is None:
                 if full := self.disk_full():
                     self.finish("stopped", full)
                     return self.tree

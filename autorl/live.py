@@ -69,6 +69,8 @@ class LiveView(Observer):
         if self.tree is not None:
             best = self.tree.best()
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
+            if self.budget is not None and (to_go := self.budget.goals.distance(self.tree)) is not None:
+                status.append(f"target {self.budget.goals.target:g} ({'reached' if to_go <= 0 else f'{to_go:.3f} to go'})  ")
         if self.current is not None and self.current.status == Status.RUNNING:
             status.append(
                 f"| {self.current.id} {self.phase}: step {self.last.get('step', 0)}/{self.current.planned_steps or '?'}"

@@ -18,6 +18,7 @@ import time
 from autorl import template as templates
 from autorl.approval import Gate
 from autorl.budget import Budget
+from autorl.goals import Goals
 from autorl.config import SessionConfig
 from autorl.controller import Controller
 from autorl.errors import SessionError
@@ -74,7 +75,8 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
     tree = rebuild_tree(tracker, run)
-    budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes))
+    budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes),
+                    goals=Goals(config.target, config.patience))
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
     stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config), lock)

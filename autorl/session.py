@@ -17,6 +17,7 @@ from functools import partial
 from autorl import faults
 from autorl.approval import Gate
 from autorl.budget import Budget
+from autorl.goals import Goals
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
 from autorl.curves import curves_text, read_records, summarise_curves
@@ -160,8 +161,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
-    return assemble(config, template, stores, Budget(config.stages, config.time_budget_s),
-                    observer=observer, gate=gate, api_key=api_key)
+    budget = Budget(config.stages, config.time_budget_s, goals=Goals(config.target, config.patience))
+    return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 
 def trial_limits(config: SessionConfig) -> Limits:

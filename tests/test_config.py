@@ -29,3 +29,24 @@ def test_unwritable_runs_dir(tmp_path):
     blocker.write_text("")
     with pytest.raises(ConfigError, match="not writable"):
         prepare_runs_dir(blocker / "runs")
+
+
+def test_goals_stop_at_the_target_or_when_patience_runs_out():
+    from autorl.goals import Goals, stages_without_gain
+    from search.tree import Node, Status, Tree
+
+    tree = Tree(base_score=0.50, base_stderr=0.01)
+    for i, score in enumerate([0.58, 0.585, 0.57, 0.59], start=1):
+        tree.add(Node(f"n{i:03d}", None, 1, {}, seed=i, proposer="tree", status=Status.SUCCEEDED,
+                      val_score=score, val_stderr=0.01))
+    assert stages_without_gain(tree) == 3  # 0.585, 0.57 and 0.59 are within noise of 0.58
+    assert Goals(patience=3).met(tree) == "no gain beyond noise in the last 3 stages (--patience 3)"
+    assert Goals(patience=4).met(tree) is None
+    assert "target 0.59 reached: n004" in Goals(target=0.59).met(tree)
+    assert Goals(target=0.65).met(tree) is None and Goals(target=0.65).distance(tree) == pytest.approx(0.06)
+
+
+def test_a_target_stated_in_the_topic_is_only_suggested_in_scripts():
+    from autorl.cli import confirmed_topic_target
+
+    assert confirmed_topic_target("get addition past 65% accuracy") is None  # no terminal here: not applied

@@ -81,3 +81,14 @@ def test_a_trial_killed_by_the_oom_killer_fails_with_the_reason(tmp_path, runs_d
     data = json.loads(run_cli("show", "oom", "--json").stdout)
     assert data["status"] == "failed" and len(data["nodes"]) == 2
     assert all(n["status"] == "failed" and "out of memory" in n["reason"] for n in data["nodes"])
+
+
+def test_a_session_stops_when_its_target_is_reached(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    done = run_cli("research", "reach 30%", "--template", str(template), "--stages", "6", "--name", "goal",
+                   "--target", "0.3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the topic states a target of 0.3" not in done.stdout  # --target given: no suggestion
+    data = json.loads(run_cli("show", "goal", "--json").stdout)
+    assert len(data["nodes"]) == 1 and data["status"] == "finished"
+    assert data["reason"].startswith("target 0.3 reached: n001") and data["best"]["test_score"] is not None
