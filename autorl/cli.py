@@ -331,6 +331,26 @@ def show(
 
 @app.command()
 @cli_errors
+def report(
+    name: str = typer.Argument(..., help="Session name (see `autorl ls`)."),
+    open_it: bool = typer.Option(False, "--open", help="Open the HTML report in a browser."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """Write a session's report (Markdown and HTML with figures) and log it to its MLflow run."""
+    from autorl.session_report import report_session
+
+    _, tracker = open_tracker(runs_dir, tracking_uri)
+    paths = report_session(tracker, name)
+    console.print(f"report: {paths['html']}\n        {paths['markdown']}", highlight=False)
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(paths["html"].resolve().as_uri())
+
+
+@app.command()
+@cli_errors
 def doctor(
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: the tier to check."),
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL", help="LLM endpoint to probe."),

@@ -245,8 +245,17 @@ class Controller:
             node.attempt += 1
             node.status = Status.RUNNING
             node.mlflow_run_id = self.parts.tracker.start_node(
-                self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters)
+                self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters,
+                run_name=self.run_name(node))
             self.launch(node)
+
+    def run_name(self, node: Node) -> str:
+        """The node's MLflow run name: its path from the base model (``base › n001 › n004``)."""
+        path, current = [], node
+        while current is not None:
+            path.append(current.id)
+            current = self.tree.nodes.get(current.parent) if current.parent else None
+        return " › ".join(["base", *reversed(path)])
 
     def disk_full(self) -> str | None:
         free = shutil.disk_usage(self.session_dir).free
@@ -277,8 +286,8 @@ class Controller:
         )
         self.tree.add(node)
         node.mlflow_run_id = self.parts.tracker.start_node(
-            self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters
-        )
+            self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters,
+            run_name=self.run_name(node))
         if proposal.transcript:
             self.parts.tracker.log_text(node.mlflow_run_id, records.dumps(proposal.transcript), "llm_transcript.json")
         self.log_usage()
@@ -473,9 +482,23 @@ class Controller:
             tracker.set_tags(self.session_run_id, {"autorl.resumable": "no"})
         tracker.end_session(self.session_run_id, status, reason)
         self.parts.runner.sandbox.stop_worker()
+        self.write_report()
         if self.lock is not None:
             self.lock.release()
         self.observer.session_finished(self.tree, status, reason)
+
+
+    def write_report(self) -> None:
+        """The session report (autorl/session_report.py), also after a stop; a failure to draw
+        it is reported, never raised: the session's record is already complete."""
+        from autorl.session_report import report_session
+
+        try:
+            paths = report_session(self.parts.tracker, self.config.name)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            self.observer.message(f"report not written: {exc}")
+            return
+        self.observer.message(f"report: {paths['html']}")
 
 
 def eval_timing(result: EvalResult) -> dict[str, float]:

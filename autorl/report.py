@@ -21,6 +21,9 @@ def node_view(run) -> dict[str, Any]:
     return node_from_run(run).to_dict() | {"mlflow_status": run.info.status}
 
 
+COUNTERS = ("near_duplicates", "known_failures_refused", "dropped_proposals", "rejected_proposals")
+
+
 def session_summary(run) -> dict[str, Any]:
     tags, metrics = run.data.tags, run.data.metrics
     return {
@@ -31,6 +34,7 @@ def session_summary(run) -> dict[str, Any]:
         "template": tags.get("autorl.template"),
         "strategy": tags.get("autorl.strategy"),
         "base_score": metrics.get("base_score"),
+        "base_stderr": metrics.get("base_stderr"),
         "best_val_score": metrics.get("best_val_score"),
         "best_test_score": metrics.get("best_test_score"),
         "best_test_stderr": metrics.get("best_test_stderr"),
@@ -41,6 +45,7 @@ def session_summary(run) -> dict[str, Any]:
         "stages_spent": int(metrics.get("stages_spent", 0)),
         "started": run.info.start_time,
         "mlflow_run_id": run.info.run_id,
+        "counters": {k: v for k, v in metrics.items() if k.startswith("llm_") or k in COUNTERS},
     }
 
 

@@ -188,10 +188,11 @@ class Tracker:
 
     # -- nodes ----------------------------------------------------------------------------
 
-    def start_node(self, session_run_id: str, session: str, node_id: str, tags: dict[str, str], params: dict) -> str:
+    def start_node(self, session_run_id: str, session: str, node_id: str, tags: dict[str, str], params: dict,
+                   run_name: str | None = None) -> str:
         run = self.client.create_run(
             self.ensure_store(),
-            run_name=node_id,
+            run_name=run_name or node_id,
             tags={
                 "mlflow.parentRunId": session_run_id,
                 "autorl.kind": NODE_KIND,
