@@ -130,7 +130,7 @@ def stages_to_reach(curve: list, target: float) -> int | None:
     return next((i + 1 for i, value in enumerate(curve) if value is not None and value >= target), None)
 
 
-def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
+def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, dict]:
     by_strategy = {s: [r for r in results if r["strategy"] == s] for s in args.strategies}
     grid = by_strategy.get("grid") or []
     grid_test = statistics.median(r["best_test"] for r in grid) if grid else None
@@ -170,7 +170,6 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
             comparisons[baseline] = test
             rows.append(f"| {baseline} | {100 * test['mean_difference']:+.1f} | {test['wins']} / {test['losses']} "
                         f"(of {test['n']}) | {test['p_value']:.3f} |")
-        table["tree_paired"] = comparisons
     stderr = statistics.median(r["best_test_stderr"] for r in results)
     notes = [
         "", f"Budget: {args.stages} stages per session, {args.seeds} search seeds per strategy, template "
@@ -182,7 +181,7 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         "Winning schedules (stages on the winner's path, per seed): " + "; ".join(
             f"{s} {[len(r['best_path']) for r in runs]}" for s, runs in by_strategy.items()) + ".",
     ]
-    return "\n".join(rows + notes) + "\n", table
+    return "\n".join(rows + notes) + "\n", table, comparisons
 
 
 def plot(results: list[dict], args: argparse.Namespace, path: Path) -> None:
@@ -243,12 +242,13 @@ def main(argv=None) -> int:
     args.template_path = equal_compute_template(args)
     started = time.monotonic()
     results = run_all(args)
-    text, table = report(results, args)
+    text, table, paired = report(results, args)
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                                       "summary": table, "sessions": results}, indent=2))
+                                                       "summary": table, "tree_paired": paired,
+                                                       "sessions": results}, indent=2))
     plot(results, args, args.out / f"{stem}.png")
     print(text)
     return 0
