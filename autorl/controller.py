@@ -22,7 +22,7 @@ from autorl.config import SessionConfig
 from autorl.deferred import Deferred
 from autorl.curves import read_records
 from autorl.diagnose import RewardScale, diagnose
-from autorl.errors import CheckpointError, ContractError, FrozenFileError, USER_ERRORS
+from autorl.errors import CheckpointError, ContractError, FrozenFileError, SearchExhausted, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
@@ -40,6 +40,7 @@ from search.tree import Decision, Node, Status, Tree
 
 
 MAX_BREACHES_IN_A_ROW = 2
+MAX_DROPPED_IN_A_ROW = 5
 MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
 
 
@@ -78,6 +79,7 @@ class Controller:
         self.lock = lock
         self.rejected_proposals = 0
         self.resumable = True
+        self.dropped_in_a_row = 0  # proposals dropped since the last one that ran
         self.breaches = 0  # stages in a row that failed because the template broke its contract
         self.status = "running"
         self.reason = ""
@@ -137,7 +139,11 @@ class Controller:
         except ProposalDropped as exc:
             self.observer.message(str(exc))
             self.log_usage()
+            self.dropped_in_a_row += 1
+            if self.dropped_in_a_row >= MAX_DROPPED_IN_A_ROW:  # no budget is charged: this must not loop
+                raise SearchExhausted(f"{self.dropped_in_a_row} proposals in a row were dropped, the last: {exc}")
             return None
+        self.dropped_in_a_row = 0
         parent_node = self.tree.nodes.get(proposal.parent) if proposal.parent else None
         if self.gate.needs_review(proposal):
             self.observer.proposal_pending(proposal, parent_node)

@@ -42,4 +42,8 @@ class ContractError(AutorlError):
     """A template file, trial or evaluator output that breaks the template contract (docs/templates.md)."""
 
 
+class SearchExhausted(AutorlError):
+    """The proposer keeps producing nothing that may run: the session stops instead of looping."""
+
+
 USER_ERRORS = (AutorlError, SearchError, SandboxError)

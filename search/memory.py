@@ -4,7 +4,9 @@ A collapse — validation falling far below the stage's parent, or a stage whose
 collapsed or went non-finite — is the strongest evidence a session gets, and in GRPO it
 comes from too large a step far more often than from anything else. One is enough: no
 later stage anywhere in the tree is proposed at or above ``MARGIN`` times the smallest
-learning rate that collapsed. TPE samples below the limit; an LLM proposal above it goes
+learning rate that collapsed — unless that leaves almost nothing of the space below it
+(then the collapse was not about the step size, and forbidding the space would stop the
+search). TPE samples below the limit; an LLM proposal above it goes
 back to the LLM with the evidence; any other proposer is asked again.
 """
 
@@ -12,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from search.novelty import position
 from search.space import SearchSpace
 from search.tree import Node, Tree
 
 MARGIN = 0.7  # the limit sits this far below the smallest learning rate that collapsed
+ROOM = 0.1  # a limit that leaves less than this share of the (log) range below it is not evidence about the step size
 RELATIVE_DROP = 0.25  # a collapse loses at least this share of the parent's score …
 NOISE_UNITS = 4.0  # … and at least this many standard errors of the child's score
 COLLAPSE_FINDINGS = {"reward_collapse", "non_finite"}
@@ -57,5 +61,7 @@ def learning_rate_limit(tree: Tree, space: SearchSpace) -> Limit | None:
     outcome = (f"validation fell from {parent:.3f} to {worst.val_score:.3f}" if worst.scored and parent is not None
                else ", ".join(f.name for f in worst.diagnosis if f.name in COLLAPSE_FINDINGS) or worst.status.value)
     value = worst.hyperparameters[name] * MARGIN
+    if position(space.params[name], max(value, space.params[name].low)) < ROOM:
+        return None  # a collapse at the smallest steps the space allows: the step size is not what to avoid
     return Limit(name, value, f"{worst.id} collapsed at {name}={worst.hyperparameters[name]:.3g} ({outcome}); "
                               f"stay below {value:.3g}")

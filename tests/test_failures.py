@@ -92,3 +92,28 @@ def test_a_session_stops_when_its_target_is_reached(tmp_path, runs_dir):
     data = json.loads(run_cli("show", "goal", "--json").stdout)
     assert len(data["nodes"]) == 1 and data["status"] == "finished"
     assert data["reason"].startswith("target 0.3 reached: n001") and data["best"]["test_score"] is not None
+
+
+def test_a_proposer_that_only_produces_dropped_proposals_stops_the_session(tmp_path, runs_dir, tracker):
+    from autorl.errors import SearchExhausted
+    from search.proposers import ProposalDropped
+
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
+    config = make_config(name="dry", topic="t", template=str(template.path), stages=3, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri)
+    controller = create_session(config, template, tracker)
+
+    class Dropping:
+        name, chooses_parent = "dropping", True
+
+        def propose(self, tree, parent):
+            raise ProposalDropped("nothing new")
+
+        def usage(self):
+            return {}
+
+    controller.parts.proposer = Dropping()
+    with pytest.raises(SearchExhausted, match="5 proposals in a row were dropped, the last: nothing new"):
+        controller.run()
+    assert controller.status == "failed" and controller.budget.spent_stages == 0

@@ -322,3 +322,15 @@ def test_the_last_stage_is_not_spent_on_a_fresh_root_and_exploration_fades():
     assert policy.select(tree, stages_left=8, stages=8) is None
     assert policy.select(tree, stages_left=1, stages=8) == "n001"
     assert policy.value(tree, "n001", share_left=0.0) == 0.45
+
+
+def test_a_collapse_at_the_smallest_steps_sets_no_limit_that_would_forbid_the_space():
+    from search.memory import learning_rate_limit
+    from search.tree import Finding
+
+    tree = Tree(base_score=0.53)
+    low = DEDUP_SPACE.params["learning_rate"].low
+    tree.add(Node("n001", None, 1, DEDUP_SPACE.defaults() | {"learning_rate": low * 1.3}, seed=1, proposer="tree",
+                  status=Status.SUCCEEDED, val_score=0.56, val_stderr=0.01,
+                  diagnosis=[Finding("reward_collapse", "critical")]))
+    assert learning_rate_limit(tree, DEDUP_SPACE) is None
