@@ -257,11 +257,7 @@ class Controller:
 
     def run_name(self, node: Node) -> str:
         """The node's MLflow run name: its path from the base model (``base › n001 › n004``)."""
-        path, current = [], node
-        while current is not None:
-            path.append(current.id)
-            current = self.tree.nodes.get(current.parent) if current.parent else None
-        return " › ".join(["base", *reversed(path)])
+        return " › ".join(["base", *(n.id for n in self.tree.path(node.id))])
 
     def disk_full(self) -> str | None:
         free = shutil.disk_usage(self.session_dir).free
