@@ -79,6 +79,9 @@ def research(
         None, "--strategy", help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = option("seed", "--seed"),
     max_depth: int = option("max_depth", "--max-depth"),
+    schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
+    ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART", help=SessionConfig.model_fields["ablate"].description
+                                               + " Repeat for several."),
     sandbox: str = option("sandbox", "--sandbox"),
     workers: str = option("workers", "--workers"),
     trial_memory: float = option("trial_memory_gb", "--trial-memory"),
@@ -111,7 +114,8 @@ def research(
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
+        strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, ablate=tuple(ablate or ()),
+        sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs),

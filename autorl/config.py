@@ -17,6 +17,13 @@ TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; t
 LLM_STRATEGIES = ("llm", "hybrid")
 CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),
            "sandbox": ("auto", "bwrap", "none")}
+# parts of the tree search that can be switched off, to measure what each buys (benchmarks/search_ablation.py)
+SEARCH_PARTS = {
+    "memory": "the memory of collapses (no stage anywhere near a learning rate that collapsed)",
+    "steering-step": "steering moves one step (a quarter of the range); off: anywhere up to the bound",
+    "budget": "the budget-aware policy (broad early, deep late; no fresh root at the end)",
+    "steering": "diagnosis steering of the next stage",
+}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -73,6 +80,10 @@ class SessionConfig(BaseModel):
     patience: int | None = Field(None, ge=1, description="Stop after this many stages in a row without a gain "
                                  "beyond noise.")
     max_depth: int = Field(3, ge=1, description="Longest schedule: stages on one root-to-leaf path.")
+    schedule_prior: bool = Field(False, description="Capacity (completion length, group size, steps) only grows "
+                                 "from a stage to its child; regularisation (lr, KL, temperature) moves freely.")
+    ablate: tuple[str, ...] = Field((), description="Switch off a part of the tree search to measure it: "
+                                    + ", ".join(SEARCH_PARTS) + ".")
     sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, ge=0.25, description="Memory limit of one trial (its cgroup), in GiB.")
     approve: str = Field("none", description="none | edits | all: which proposals wait for you in the TUI "
@@ -119,6 +130,14 @@ class SessionConfig(BaseModel):
             raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(choices)}")
         return value
 
+    @field_validator("ablate")
+    @classmethod
+    def _known_parts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [part for part in value if part not in SEARCH_PARTS]
+        if unknown:
+            raise ValueError(f"unknown part {unknown[0]!r}; choose from {', '.join(SEARCH_PARTS)}")
+        return tuple(sorted(set(value)))
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
@@ -143,6 +162,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
+    "schedule_prior": "--schedule-prior", "ablate": "--ablate",
 }
 
 

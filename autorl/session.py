@@ -36,6 +36,7 @@ from search import study as optuna_study
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from search.policy import BestFirstPolicy
+from search.steering import STEP
 from search.proposers import (FlatTpeProposer, GreedyProposer, GridProposer, Guarded, LLMProposer, PbtProposer,
                               Proposer, RandomScheduleProposer, TpeProposer)
 from search.tree import Tree
@@ -52,7 +53,14 @@ def make_proposer(config: SessionConfig, template: Template, workspace: Workspac
     checks every proposal passes (search/proposers/guard.py): novelty for all, the memory
     of collapses for autorl's own strategies (the baselines run as published)."""
     strategy = strategy_proposer(config, template, workspace, budget, api_key, notify, tracer)
-    return Guarded(strategy, template.space, remember=config.strategy in TREE_STRATEGIES)
+    remember = config.strategy in TREE_STRATEGIES and "memory" not in config.ablate
+    return Guarded(strategy, template.space, remember=remember)
+
+
+def tpe_options(config: SessionConfig) -> dict:
+    """The tree search's switches (``--schedule-prior``, ``--ablate``) as TpeProposer arguments."""
+    return {"steer": "steering" not in config.ablate, "avoid_collapses": "memory" not in config.ablate,
+            "step": 1.0 if "steering-step" in config.ablate else STEP, "schedule_prior": config.schedule_prior}
 
 
 def strategy_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,
@@ -70,7 +78,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
     if config.strategy == "optuna":
         return FlatTpeProposer(space, depth, study, seed)
     if config.strategy == "tree":
-        return TpeProposer(space, study, seed=seed)
+        return TpeProposer(space, study, seed=seed, **tpe_options(config))
     settings = LLMSettings(
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
         max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost, seed=config.seed,
@@ -190,7 +198,8 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         evaluator=FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine),
         runner=StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine),
         proposer=proposer,
-        policy=None if proposer.chooses_parent else BestFirstPolicy(config.max_depth, seed=config.seed),
+        policy=None if proposer.chooses_parent else BestFirstPolicy(
+            config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate),
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
                       tree=tree, lock=stores.lock)

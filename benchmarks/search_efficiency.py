@@ -74,23 +74,26 @@ def equal_compute_template(args: argparse.Namespace) -> str:
     return str(dest)
 
 
-def run_session(strategy: str, seed: int, args: argparse.Namespace) -> dict:
-    """One session through the real CLI; returns its `show --json` plus its wall time."""
-    runs = args.work / f"{strategy}-{seed}"
-    name = f"bench-{strategy}-{seed}"
+def run_session(strategy: str, seed: int, args: argparse.Namespace, extra: tuple[str, ...] = (),
+                label: str | None = None) -> dict:
+    """One session through the real CLI (``extra``: more `research` options, for a variant
+    recorded as ``label``); returns its `show --json` plus its wall time."""
+    label = label or strategy
+    runs = args.work / f"{label}-{seed}"
+    name = f"bench-{label}-{seed}"
     env = {**os.environ, "AUTORL_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1" if args.jobs > 1 else "2"}
     command = [sys.executable, "-m", "autorl"]
     started = time.monotonic()
     done = subprocess.run([*command, "research", f"benchmark {strategy}", "--template", args.template_path,
                            "--strategy", strategy, "--seed", str(seed), "--stages", str(args.stages),
-                           "--name", name], capture_output=True, text=True, env=env, cwd=REPO)
+                           "--name", name, *extra], capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     shown = subprocess.run([*command, "show", name, "--json"], capture_output=True, text=True, env=env,
                            cwd=REPO, check=True)
     data = json.loads(shown.stdout)
-    return {"strategy": strategy, "seed": seed, "wall_seconds": wall, **summarise(data)}
+    return {"strategy": label, "seed": seed, "wall_seconds": wall, **summarise(data)}
 
 
 def summarise(data: dict) -> dict:

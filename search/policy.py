@@ -34,8 +34,10 @@ from search.tree import Tree
 
 
 class BestFirstPolicy:
-    def __init__(self, max_depth: int, exploration: float = 2.0, seed: int = 0, min_roots: int = 2):
+    def __init__(self, max_depth: int, exploration: float = 2.0, seed: int = 0, min_roots: int = 2,
+                 budget_aware: bool = True):
         self.max_depth = max_depth
+        self.budget_aware = budget_aware
         self.exploration = exploration  # in standard errors of the node's score
         self.min_roots = min_roots
         self.seed = seed
@@ -54,6 +56,8 @@ class BestFirstPolicy:
         """The node to extend; ``stages_left`` of ``stages`` make the choice budget-aware."""
         if len(tree.children(None)) < self.min_roots:
             return None
+        if not self.budget_aware:
+            stages_left = None
         candidates = self.candidates(tree)
         if stages_left is not None and stages_left < 2 and len(candidates) > 1:
             candidates.remove(None)  # a fresh root could not be extended before the budget ends

@@ -53,17 +53,17 @@ def directions(findings: list[Finding], space: SearchSpace | None = None) -> dic
 STEP = 0.25  # how far one steered stage may move: this share of the parameter's (log) range
 
 
-def narrowed_range(param: Param, value: Any, direction: str) -> tuple[float, float] | None:
+def narrowed_range(param: Param, value: Any, direction: str, step: float = STEP) -> tuple[float, float] | None:
     """The numeric range one step to ``direction``'s side of ``value`` (None if empty).
 
     One step, not the rest of the space: a plateau says "a bit higher", not "anything up
     to the bound" — the bound is where stages collapse.
     """
     if param.log:
-        factor = math.exp(STEP * math.log(param.high / param.low))
+        factor = math.exp(step * math.log(param.high / param.low))
         low, high = (value, value * factor) if direction == "up" else (value / factor, value)
     else:
-        span = STEP * (param.high - param.low)
+        span = step * (param.high - param.low)
         low, high = (value, value + span) if direction == "up" else (value - span, value)
     low, high = max(low, param.low), min(high, param.high)
     return (low, high) if low < high else None
@@ -77,7 +77,7 @@ def next_choice(param: Param, value: Any, direction: str) -> Any | None:
     return param.choices[index] if 0 <= index < len(param.choices) else None
 
 
-def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: list[Finding]
+def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: list[Finding], step: float = STEP
                   ) -> tuple[dict[str, tuple[float, float]], dict[str, Any], dict[str, str]]:
     """Numeric ranges and fixed categorical values for a child of a diagnosed parent.
 
@@ -95,6 +95,6 @@ def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: l
             choice = next_choice(param, parent_values[name], direction)
             if choice is not None:
                 fixed[name], applied[name] = choice, direction
-        elif (bounds := narrowed_range(param, parent_values[name], direction)) is not None:
+        elif (bounds := narrowed_range(param, parent_values[name], direction, step)) is not None:
             ranges[name], applied[name] = bounds, direction
     return ranges, fixed, applied

@@ -50,3 +50,13 @@ def test_a_target_stated_in_the_topic_is_only_suggested_in_scripts():
     from autorl.cli import confirmed_topic_target
 
     assert confirmed_topic_target("get addition past 65% accuracy") is None  # no terminal here: not applied
+
+
+def test_search_parts_can_be_switched_off_by_name_only(tmp_path):
+    from autorl.config import make_config
+    from autorl.errors import ConfigError
+
+    base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
+    assert make_config(**base, ablate=("memory", "budget", "memory")).ablate == ("budget", "memory")
+    with pytest.raises(ConfigError, match="--ablate: unknown part 'speed'"):
+        make_config(**base, ablate=("speed",))

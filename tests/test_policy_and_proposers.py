@@ -322,6 +322,8 @@ def test_the_last_stage_is_not_spent_on_a_fresh_root_and_exploration_fades():
     assert policy.select(tree, stages_left=8, stages=8) is None
     assert policy.select(tree, stages_left=1, stages=8) == "n001"
     assert policy.value(tree, "n001", share_left=0.0) == 0.45
+    unaware = BestFirstPolicy(max_depth=3, seed=0, min_roots=1, budget_aware=False)  # --ablate budget
+    assert unaware.select(tree, stages_left=1, stages=8) is None
 
 
 def test_a_collapse_at_the_smallest_steps_sets_no_limit_that_would_forbid_the_space():

@@ -91,3 +91,32 @@ def test_every_finding_a_detector_raises_has_a_steering_rule():
 
     raised = set(re.findall(r'Finding\("([a-z_]+)"', (Path(__file__).parents[1] / "autorl" / "diagnose.py").read_text()))
     assert raised and raised <= set(RULES), raised - set(RULES)
+
+
+def test_schedule_prior_grows_capacity_and_leaves_regularisation_free(tmp_path):
+    tree = parent_tree([], max_completion_length=12, num_generations=8, learning_rate=2e-4, temperature=1.0)
+    seen = []
+    for i in range(8):
+        proposer = TpeProposer(SPACE, hpo.open_study(tmp_path, f"p{i}", i), start_with_defaults=False, seed=i,
+                               schedule_prior=True)
+        seen.append(proposer.propose(tree, "n001").hyperparameters)
+    assert all(v["max_completion_length"] >= 12 and v["num_generations"] >= 8 for v in seen)
+    assert min(v["learning_rate"] for v in seen) < 2e-4 < max(v["learning_rate"] for v in seen)
+    assert min(v["temperature"] for v in seen) < 1.0 < max(v["temperature"] for v in seen)
+    # a first stage from the base model is not constrained by any parent
+    free = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"b{i}", i), start_with_defaults=False, seed=i,
+                        schedule_prior=True).propose(tree, None).hyperparameters for i in range(8)]
+    assert min(v["max_completion_length"] for v in free) < 12
+
+
+def test_diagnosis_steering_wins_over_the_schedule_prior(tmp_path):
+    tree = parent_tree(["length_explosion"], max_completion_length=12)
+    proposer = TpeProposer(SPACE, hpo.open_study(tmp_path, "s", 0), start_with_defaults=False, schedule_prior=True)
+    assert proposer.propose(tree, "n001").hyperparameters["max_completion_length"] == 8
+
+
+def test_steering_step_switched_off_opens_the_range_to_the_bound():
+    findings = [Finding("entropy_collapse", "warning")]
+    one_step, _, _ = steered_space(SPACE, SPACE.defaults(), findings)
+    to_bound, _, _ = steered_space(SPACE, SPACE.defaults(), findings, step=1.0)
+    assert one_step["temperature"] == (1.0, 1.25) and to_bound["temperature"] == (1.0, 1.5)

@@ -21,10 +21,11 @@ from optuna.trial import TrialState
 
 from search.memory import learning_rate_limit
 from search.novelty import duplicate_of
+from search.prior import grown_ranges, lifted
 from search.proposers.base import BaseProposer, Proposal
 from search.study import fail_orphan_trials, fail_trial, record_node, reseed
 from search.space import SearchSpace
-from search.steering import steered_space
+from search.steering import STEP, steered_space
 from search.tree import Node, Tree
 
 MAX_RESAMPLES = 3
@@ -41,8 +42,11 @@ class TpeProposer(BaseProposer):
     name = "tree"
 
     def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
-                 steer: bool = True, seed: int = 0, avoid_collapses: bool = True):
+                 steer: bool = True, seed: int = 0, avoid_collapses: bool = True, step: float = STEP,
+                 schedule_prior: bool = False):
         self.space = space
+        self.step = step  # how far steering may move a parameter (search/steering.py)
+        self.schedule_prior = schedule_prior  # capacity only grows along a path (search/prior.py)
         self.avoid_collapses = avoid_collapses
         self.study = study
         self.steer = steer
@@ -54,9 +58,12 @@ class TpeProposer(BaseProposer):
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
         node = tree.nodes.get(parent) if parent else None
         findings = node.diagnosis if node and self.steer else []
-        ranges, fixed, applied = steered_space(self.space, node.hyperparameters if node else {}, findings)
+        parent_values = node.hyperparameters if node else {}
+        ranges, fixed, applied = steered_space(self.space, parent_values, findings, self.step)
         commit = node.commit if node else None
         notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
+        if self.schedule_prior and node:
+            ranges = grown_ranges(self.space, parent_values, ranges, set(applied))
         if (limit := learning_rate_limit(tree, self.space)) is not None and self.avoid_collapses:
             if below := below_limit(self.space.params[limit.name], ranges.get(limit.name), limit.value):
                 ranges[limit.name] = below
@@ -64,6 +71,9 @@ class TpeProposer(BaseProposer):
         for attempt in range(MAX_RESAMPLES):
             trial = self.ask(ranges, fixed, tree, parent, attempt)
             values = self.space.check(trial.params)
+            if self.schedule_prior and node:
+                values, moved = lifted(self.space, parent_values, values, set(applied))
+                notes += [f"schedule prior: {', '.join(moved)}"] if moved else []
             twin = duplicate_of(tree, self.space, parent, values, commit)
             if twin is None:
                 rationale = "; ".join(["TPE sample", *notes])
