@@ -2,8 +2,10 @@
 
 ``--approve edits`` holds proposals that change ``train.py``, ``all`` holds every stage,
 ``none`` (the default) holds nothing. The controller asks its gate for a decision; the
-TUI answers from another thread. A rejection's reason goes back to the proposer as
-context for its next proposal; an edit of the values is validated like any proposal.
+TUI answers from another thread, or a TUI attached from another process answers through
+the session's channel (``autorl/channel.py``): the first decision for a proposal wins,
+wherever it comes from. A rejection's reason goes back to the proposer as context for
+its next proposal; an edit of the values is validated like any proposal.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import dataclasses
 import queue
 import threading
 
+from autorl.channel import POLL_S, Channel
 from search.proposers import Proposal
-from search.tree import Decision
+from search.tree import Decision, Node
 
 APPROVE_MODES = ("none", "edits", "all")
 
@@ -21,11 +24,13 @@ APPROVE_MODES = ("none", "edits", "all")
 class Gate:
     """Decides whether a proposal waits, and hands the wait over to whoever answers."""
 
-    def __init__(self, mode: str = "none", decided_by: str = "user"):
+    def __init__(self, mode: str = "none", decided_by: str = "user", channel: Channel | None = None):
         if mode not in APPROVE_MODES:
             raise ValueError(f"unknown approve mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
         self.mode = mode
         self.decided_by = decided_by
+        self.channel = channel  # decisions from attached viewers, when the session has one
+        self.pending_key: str | None = None
         self.decisions: queue.Queue[Decision] = queue.Queue()
         self.running = threading.Event()
         self.running.set()
@@ -34,18 +39,44 @@ class Gate:
     def needs_review(self, proposal: Proposal) -> bool:
         return self.mode == "all" or (self.mode == "edits" and proposal.train_py is not None)
 
-    def review(self, proposal: Proposal) -> Decision:
-        """Block until a decision arrives (or approve at once when nothing needs review).
-        Whoever answers learned of the proposal through ``Observer.proposal_pending``."""
+    def publish(self, key: str, proposal: Proposal, parent: Node | None, diff: str, proposer: str) -> None:
+        """Show the proposal to attached viewers (a local TUI hears of it from the observer)."""
+        self.pending_key = key
+        if self.channel is not None:
+            self.channel.set_pending(key, proposal, parent, diff, proposer)
+
+    def review(self, proposal: Proposal, key: str | None = None) -> Decision:
+        """Block until a decision arrives (or approve at once when nothing needs review)."""
         if not self.needs_review(proposal):
             return Decision(action="approve", decided_by="autorl (no review needed)")
-        return self.decisions.get()
+        self.pending_key = key
+        while True:
+            if self.channel is not None and key is not None and (decision := self.channel.decision_for(key)):
+                return decision
+            try:
+                return self.decisions.get(timeout=POLL_S if self.channel is not None else None)
+            except queue.Empty:
+                continue
 
-    def decide(self, decision: Decision) -> None:
-        self.decisions.put(dataclasses.replace(decision, decided_by=self.decided_by))
+    def settle(self, key: str) -> None:
+        """The decision on ``key`` was acted on: viewers stop showing it, and it is not used again."""
+        if self.channel is not None:
+            self.channel.consume(key)
+            self.channel.clear_pending(key)
+        self.pending_key = None
+
+    def decide(self, decision: Decision) -> bool:
+        """A decision from this process; False when an attached viewer decided first."""
+        decision = dataclasses.replace(decision, decided_by=self.decided_by)
+        if self.channel is not None and self.pending_key is not None:
+            return self.channel.post_decision(self.pending_key, decision)
+        self.decisions.put(decision)
+        return True
 
     def wait_while_paused(self) -> None:
-        self.running.wait()
+        while not self.running.wait(POLL_S) or (self.channel is not None and self.channel.paused):
+            if self.stop_requested.is_set():
+                return
 
     def pause(self) -> None:
         self.running.clear()

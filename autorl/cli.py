@@ -89,6 +89,8 @@ def research(
     patience: Optional[int] = option("patience", "--patience"),
     gpus: str = option("gpus", "--gpus"),
     approve: str = option("approve", "--approve"),
+    wait: bool = typer.Option(False, "--wait", help="With --approve: run headless and wait for decisions from "
+                                                    "`autorl tui NAME` (attached from another terminal)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
@@ -107,7 +109,7 @@ def research(
 
     from autorl.tracking import default_uri
 
-    check_approve(approve)  # everything is checked before anything is created
+    check_approve(approve, wait=wait)  # everything is checked before anything is created
     seconds = parse_duration(time_budget) if time_budget else None
     announce_no_llm = strategy is None and not llm
     strategy = strategy or ("hybrid" if llm else "tree")
@@ -125,11 +127,11 @@ def research(
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)
     runs, tracker = open_tracker(runs_dir, tracking_uri, create=True)
-    observer, gate = interface(approve)
+    observer, gate = interface(approve, wait)
     controller = create_session(config, loaded, tracker, observer=observer, gate=gate, api_key=api_key)
     if announce_no_llm:
         console.print("[dim]no LLM configured (--llm MODEL): tree search, Optuna TPE steered by diagnosis[/]")
-    drive_tui(controller, runs, tracker) if gate else drive(controller, runs, tracker)
+    drive_tui(controller, runs, tracker) if gate and not wait else drive(controller, runs, tracker)
 
 
 def confirmed_topic_target(topic: str) -> float | None:
@@ -146,32 +148,35 @@ def confirmed_topic_target(topic: str) -> float | None:
                                    default=True) else None
 
 
-def interface(approve: str):
-    """The observer and gate for an approval mode: the TUI when a person decides, else the live view."""
-    if approve == "none":
-        from autorl.live import LiveView
-
-        return LiveView(console), None
+def interface(approve: str, wait: bool = False):
+    """The observer and gate for an approval mode: the TUI when a person decides here, else
+    the live view (with ``wait``, decisions come from a TUI attached with `autorl tui`)."""
     import getpass
 
     from autorl.approval import Gate
+
+    if approve == "none" or wait:
+        from autorl.live import LiveView
+
+        return LiveView(console), Gate(approve, decided_by=getpass.getuser()) if wait else None
     from autorl.tui import TuiObserver
 
     return TuiObserver(), Gate(approve, decided_by=getpass.getuser())
 
 
-def check_approve(mode: str, stored: bool = False) -> None:
+def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
     from autorl.approval import APPROVE_MODES
     from autorl.errors import ConfigError
 
     if mode not in APPROVE_MODES:
         raise ConfigError(f"--approve: unknown mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
-    if mode != "none" and not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if mode != "none" and not wait and not (sys.stdin.isatty() and sys.stdout.isatty()):
         if stored:
             raise ConfigError(f"--approve: this session was started with --approve {mode}, which needs an interactive "
-                              "terminal to ask you; resume it in one, or pass --approve none to go on autonomously")
-        raise ConfigError(f"--approve: {mode} needs an interactive terminal to ask you; "
-                          "in scripts and CI run without it (autonomous, --approve none)")
+                              "terminal to ask you; resume it in one, add --wait to decide from `autorl tui NAME`, "
+                              "or pass --approve none to go on autonomously")
+        raise ConfigError(f"--approve: {mode} needs an interactive terminal to ask you; add --wait to run headless "
+                          "and decide from `autorl tui NAME` in another terminal, or run without it (autonomous)")
 
 
 def drive_tui(controller, runs: Path, tracker) -> None:
@@ -217,6 +222,8 @@ def resume(
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
     approve: Optional[str] = typer.Option(None, "--approve", help="none | edits | all: change the approval mode stored "
                                                                   "with the session [default: the stored one]."),
+    wait: bool = typer.Option(False, "--wait", help="With --approve: run headless and wait for decisions from "
+                                                    "`autorl tui NAME` (attached from another terminal)."),
 ):
     """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
     from autorl.resume import resume_session, stored_config
@@ -226,19 +233,47 @@ def resume(
     run = tracker.find_session(name)
     stored = stored_config(run)
     mode = approve or (stored.approve if stored else "none")
-    check_approve(mode, stored=approve is None)
+    check_approve(mode, stored=approve is None, wait=wait)
     needs_key = stored is not None and stored.strategy in ("llm", "hybrid")
-    observer, gate = interface(mode)
+    observer, gate = interface(mode, wait)
     controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode,
                                 api_key=read_api_key(llm_key_file) if needs_key else None)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")
         return
     console.print(f"resuming {name}: {len(controller.tree.nodes)} nodes, {controller.budget.describe()}")
-    if gate:
+    if gate and not wait:
         drive_tui(controller, runs, tracker)
         return
     drive(controller, runs, tracker)
+
+
+@app.command()
+@cli_errors
+def tui(
+    name: str = typer.Argument(..., help="Session to attach to (see `autorl ls`); it may run in another process."),
+    runs_dir: Optional[Path] = RunsDir,
+    tracking_uri: Optional[str] = TrackingUri,
+):
+    """Attach the TUI to a session: watch it live, and approve, reject or edit its pending proposals."""
+    import getpass
+
+    from autorl.channel import Channel
+    from autorl.errors import SessionError
+    from autorl.resume import stored_config
+    from autorl.tui import attach_app
+
+    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    run = tracker.find_session(name)
+    stored = stored_config(run) if run is not None else None
+    if stored is None:
+        raise SessionError(f"no session {name!r} in {runs}; list them with: autorl ls --runs-dir {runs}")
+    if not Channel(stored.session_dir).exists:
+        raise SessionError(f"session {name!r} has no live channel in {stored.session_dir} (it has not started here, "
+                           f"or an older autorl ran it); see it with: autorl show {name}")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise SessionError("autorl tui needs an interactive terminal")
+    attach_app(stored.session_dir, getpass.getuser()).run()
 
 
 @app.command()

@@ -26,6 +26,7 @@ from autorl.errors import CheckpointError, ContractError, FrozenFileError, Searc
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
+from autorl.channel import proposal_key
 from autorl.observer import Observer
 from autorl.plots import plot_curves
 from autorl.spec import TrialSpec
@@ -35,6 +36,7 @@ from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
 from search.policy import BestFirstPolicy
+from search.errors import ProposalError
 from search.proposers import Proposal, ProposalDropped, Proposer
 from search.tree import Decision, Node, Status, Tree
 
@@ -145,19 +147,32 @@ class Controller:
             return None
         self.dropped_in_a_row = 0
         parent_node = self.tree.nodes.get(proposal.parent) if proposal.parent else None
+        key = proposal_key(proposal, len(self.tree.nodes))
         if self.gate.needs_review(proposal):
+            self.gate.publish(key, proposal, parent_node, self.proposal_diff(proposal, parent_node),
+                              self.parts.proposer.name)
             self.observer.proposal_pending(proposal, parent_node)
-        decision = self.gate.review(proposal)
+        decision = self.gate.review(proposal, key)
         self.check_stop()
         if decision.action == "reject":
             self.reject(proposal, decision)
+            self.gate.settle(key)
             return None
         if decision.action == "edit":
-            proposal = self.apply_edit(proposal, decision)
+            try:
+                proposal = self.apply_edit(proposal, decision)
+            except ProposalError as exc:  # an attached viewer's edit is validated there, but not trusted here
+                self.reject(proposal, Decision("reject", f"edited values invalid: {exc}", None, decision.decided_by))
+                self.gate.settle(key)
+                return None
         faults.point("proposal_accepted")
         node = self.create_node(proposal, decision)
+        self.gate.settle(key)
         self.budget.charge_stage()
         return self.launch(node)
+
+    def proposal_diff(self, proposal: Proposal, parent: Node | None) -> str:
+        return self.parts.workspace.diff_text(parent.commit if parent else None, proposal.train_py)
 
     def launch(self, node: Node, outcome: StageOutcome | None = None) -> Node:
         """Train (unless ``outcome`` says it already did), score, diagnose and record a node."""

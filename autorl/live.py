@@ -52,6 +52,7 @@ class LiveView(Observer):
         self.console = console
         self.budget: Budget | None = None
         self.tree: Tree | None = None
+        self.name = ""
         self.current: Node | None = None
         self.last: dict = {}
         self.phase = ""
@@ -84,9 +85,14 @@ class LiveView(Observer):
         self.live.update(self.render(), refresh=True)
 
     def session_started(self, name: str, tree: Tree, budget: Budget) -> None:
-        self.tree, self.budget = tree, budget
+        self.tree, self.budget, self.name = tree, budget, name
         self.console.print(f"[bold]autorl[/] session [cyan]{name}[/]")
         self.live.start()
+
+    def proposal_pending(self, proposal, parent) -> None:
+        """A session run with --approve … --wait: the decision comes from an attached TUI."""
+        self.console.print(f"a stage from {proposal.parent or 'base'} waits for a decision: "
+                           f"autorl tui {self.name}", markup=False, highlight=False)
 
     def message(self, text: str) -> None:
         self.console.print(text, markup=False, highlight=False)  # error text may hold [brackets]

@@ -25,6 +25,7 @@ from autorl.errors import SessionError
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
+from autorl.channel import Channel, ChannelObserver, Observers
 from autorl.observer import Observer
 from autorl.stage import StageRunner
 from autorl.template import Template
@@ -182,11 +183,22 @@ def make_sandbox(config: SessionConfig) -> Sandbox:
     return choose_sandbox(config.sandbox, trial_limits(config), gpus=select_gpus(config.gpus))
 
 
+def open_channel(config: SessionConfig, template: Template, gate: Gate | None) -> Channel:
+    """The session's channel, described for viewers that attach (`autorl tui NAME`)."""
+    channel = Channel.open(config.session_dir)
+    channel.describe_session(name=config.name, strategy=config.strategy, approve=gate.mode if gate else "none",
+                             space=[param.model_dump(mode="json") for param in template.space.params.values()])
+    return channel
+
+
 def assemble(config: SessionConfig, template: Template, stores: Stores, budget: Budget, *,
              observer: Observer | None = None, gate: Gate | None = None, api_key: str | None = None,
              tree: Tree | None = None) -> Controller:
     """The controller and its collaborators, for a new session or a resumed one."""
-    observer = observer or Observer()
+    channel = open_channel(config, template, gate)
+    observer = Observers(observer or Observer(), ChannelObserver(channel))
+    gate = gate or Gate("none")
+    gate.channel = channel
     pristine = template.path / "env"
     if config.workers == "warm":
         stores.sandbox.start_worker(worker_plan(config, template, stores.workspace.path))

@@ -13,12 +13,15 @@ killed and marked interrupted; ``autorl resume`` continues it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 from textual import work
+from textual.worker import get_current_worker
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -26,10 +29,12 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
 
+from autorl.channel import Channel, Observers
 from autorl.controller import Controller
 from autorl.observer import Observer
 from search.errors import ProposalError
 from search.proposers import Proposal
+from search.space import Param, SearchSpace
 from search.tree import Decision, Node, Tree, findings_text
 
 CURVES = {"reward": "reward", "entropy": "entropy", "length": "completions/mean_length"}
@@ -54,15 +59,23 @@ class Note(Message):
 
 
 class ProposalPending(Message):
-    def __init__(self, proposal: Proposal, parent: Node | None) -> None:
+    def __init__(self, proposal: Proposal, parent: Node | None, key: str | None = None,
+                 diff: str | None = None, proposer: str = "") -> None:
         super().__init__()
         self.proposal, self.parent = proposal, parent
+        self.key, self.diff, self.proposer = key, diff, proposer  # set when it came through the channel
 
 
 class PhaseChanged(Message):
     def __init__(self, node_id: str, phase: str) -> None:
         super().__init__()
         self.node_id, self.phase = node_id, phase
+
+
+class BudgetText(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
 
 class SessionEnded(Message):
@@ -117,6 +130,120 @@ class TuiObserver(Observer):
         self.post(SessionEnded(status, reason))
 
 
+class LocalLink:
+    """The session runs in this process: the TUI drives its controller."""
+
+    attached = False
+
+    def __init__(self, controller: Controller):
+        self.controller = controller
+        config = controller.config
+        self.name, self.strategy, self.mode = config.name, config.strategy, controller.gate.mode
+
+    def tree(self) -> Tree:
+        return self.controller.tree
+
+    def budget_text(self) -> str:
+        return self.controller.budget.describe()
+
+    def diff(self, message: ProposalPending) -> str:
+        return self.controller.proposal_diff(message.proposal, message.parent)
+
+    def proposer(self, message: ProposalPending) -> str:
+        return self.controller.parts.proposer.name
+
+    def check(self, values: dict[str, Any]) -> dict[str, Any]:
+        return self.controller.template.space.check(values)
+
+    def decide(self, message: ProposalPending, decision: Decision) -> bool:
+        return self.controller.gate.decide(decision)
+
+    def still_pending(self, message: ProposalPending) -> bool:
+        return self.controller.gate.pending_key is not None
+
+    def toggle_pause(self) -> bool:
+        """Pause or resume; True when it is paused now."""
+        gate = self.controller.gate
+        gate.resume() if not gate.running.is_set() else gate.pause()
+        return not gate.running.is_set()
+
+    def stop(self, pending: ProposalPending | None) -> None:
+        gate = self.controller.gate
+        gate.stop_requested.set()
+        gate.resume()
+        if pending:
+            gate.decide(Decision(action="reject", reason="session stopped"))
+
+
+class AttachedLink:
+    """The session runs in another process: the TUI follows its channel and sends decisions there."""
+
+    attached = True
+
+    def __init__(self, channel: Channel, user: str):
+        self.channel, self.user = channel, user
+        info = channel.session_info()
+        self.name, self.strategy, self.mode = info.get("name", "?"), info.get("strategy", "?"), info.get("approve", "?")
+        self.space = SearchSpace([Param(**p) for p in info.get("space", [])])
+        self.budget = ""
+
+    def tree(self) -> Tree:
+        return self.channel.tree()
+
+    def budget_text(self) -> str:
+        return self.budget
+
+    def diff(self, message: ProposalPending) -> str:
+        return message.diff or ""
+
+    def proposer(self, message: ProposalPending) -> str:
+        return message.proposer
+
+    def check(self, values: dict[str, Any]) -> dict[str, Any]:
+        return self.space.check(values)
+
+    def decide(self, message: ProposalPending, decision: Decision) -> bool:
+        return self.channel.post_decision(message.key, dataclasses.replace(decision, decided_by=self.user))
+
+    def still_pending(self, message: ProposalPending) -> bool:
+        return self.pending_message(message.key) is not None
+
+    def toggle_pause(self) -> bool:
+        self.channel.set_paused(not self.channel.paused)
+        return self.channel.paused
+
+    def stop(self, pending: ProposalPending | None) -> None:
+        """Leaving an attached TUI leaves the session running."""
+
+    def pending_message(self, key: str | None = None) -> ProposalPending | None:
+        """The proposal waiting now (``key``: only if it is that one), unless it was decided."""
+        pending = self.channel.pending()
+        if not pending or (key is not None and pending["key"] != key) or self.channel.decision_for(pending["key"]):
+            return None
+        parent = Node.from_dict(pending["parent"]) if pending.get("parent") else None
+        return ProposalPending(Proposal(**pending["proposal"]), parent, key=pending["key"], diff=pending.get("diff"),
+                               proposer=pending.get("proposer", ""))
+
+    def messages(self, event: dict) -> list[Message]:
+        """What one channel event means to the app."""
+        if "budget" in event:
+            self.budget = event["budget"]
+        kind = event.get("kind")
+        if kind in ("tree", "session_started"):
+            return [TreeChanged(self.tree()), BudgetText(self.budget)]
+        if kind == "phase":
+            return [PhaseChanged(event["node"], event["phase"])]
+        if kind == "step":
+            return [StepLogged(event["node"], event.get("record", {}))]
+        if kind == "note":
+            return [Note(escape(str(event.get("text", ""))))]
+        if kind == "proposal_pending":
+            return [m for m in [self.pending_message(event.get("key"))] if m]
+        if kind == "session_finished":
+            return [TreeChanged(self.tree()), SessionEnded(event.get("status", "?"), event.get("reason", ""))]
+        return []
+
+
 def parse_values(text: str, current: dict[str, Any]) -> dict[str, Any]:
     """``name=value`` pairs (JSON values where they parse) laid over ``current``.
 
@@ -151,7 +278,7 @@ def proposal_view(proposal: Proposal, parent: Node | None, train_py_diff: str, p
 
 
 class SessionApp(App):
-    """One research session, live."""
+    """One research session, live: run here (``LocalLink``) or attached (``AttachedLink``)."""
 
     CSS = """
     #nodes { width: 45%; border: round $primary; }
@@ -172,17 +299,25 @@ class SessionApp(App):
         Binding("escape", "cancel_input", "cancel", show=False),
     ]
 
-    def __init__(self, controller: Controller, observer: TuiObserver, run_controller: bool = True):
+    def __init__(self, link: LocalLink | AttachedLink, observer: TuiObserver | None = None,
+                 run_controller: bool = True):
         super().__init__()
-        self.controller = controller
+        self.link = link
         self.observer = observer
-        self.run_controller = run_controller
+        self.run_controller = run_controller and not link.attached
         self.pending: ProposalPending | None = None
         self.input_mode: str | None = None
         self.curves: dict[str, list[float]] = {name: [] for name in CURVES}
         self.ended: SessionEnded | None = None
-        self.title = f"autorl · {controller.config.name}"
-        self.sub_title = f"{controller.config.strategy} · approve {controller.gate.mode}"
+        self.leaving = False
+        self.title = f"autorl · {link.name}" + (" (attached)" if link.attached else "")
+        self.sub_title = f"{link.strategy} · approve {link.mode}"
+        if link.attached:
+            self.bind("q", "quit_session", description="leave (the session goes on)")
+
+    @property
+    def controller(self) -> Controller:
+        return self.link.controller
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -203,10 +338,16 @@ class SessionApp(App):
         for widget in (self.query_one("#nodes"), self.query_one("#log"), self.query_one("#input")):
             widget.can_focus = False  # keys go to the app's bindings unless the input is open
         self.set_focus(None)
+        self.show_tree(self.link.tree())
+        if self.link.attached:
+            self.follow_channel()
+            return
         self.observer.connect(self)
-        self.show_tree(self.controller.tree)
         if self.run_controller:
             self.run_session()
+
+    def on_unmount(self) -> None:
+        self.leaving = True  # the channel's follower thread ends with the app
 
     @work(thread=True, exclusive=True)
     def run_session(self) -> None:
@@ -217,14 +358,28 @@ class SessionApp(App):
         except Exception as exc:  # the controller has already recorded the failure
             self.call_from_thread(self.post_message, Note(f"[red]session failed:[/] {exc}"))
 
-    # -- reacting to the controller -----------------------------------------------------------
+    @work(thread=True, exclusive=True)
+    def follow_channel(self) -> None:
+        """Replay the attached session's events from its start, then follow them live."""
+        worker = get_current_worker()
+        for event in self.link.channel.follow(stop=lambda: self.leaving or worker.is_cancelled):
+            for message in self.link.messages(event):
+                self.call_from_thread(self.post_message, message)
+            if event.get("kind") == "note" and self.pending is not None:
+                self.call_from_thread(self.drop_if_decided_elsewhere)
+
+    # -- reacting to the session ---------------------------------------------------------------
 
     def on_tree_changed(self, message: TreeChanged) -> None:
         self.show_tree(message.tree)
-        self.query_one("#budget", Static).update(self.controller.budget.describe())
+        self.drop_if_decided_elsewhere()
+        self.query_one("#budget", Static).update(self.link.budget_text())
+
+    def on_budget_text(self, message: BudgetText) -> None:
+        self.query_one("#budget", Static).update(message.text)
 
     def on_phase_changed(self, message: PhaseChanged) -> None:
-        self.query_one("#budget", Static).update(f"{self.controller.budget.describe()}  |  {message.node_id} {message.phase}")
+        self.query_one("#budget", Static).update(f"{self.link.budget_text()}  |  {message.node_id} {message.phase}")
 
     def on_step_logged(self, message: StepLogged) -> None:
         for name, key in CURVES.items():
@@ -238,16 +393,21 @@ class SessionApp(App):
 
     def on_proposal_pending(self, message: ProposalPending) -> None:
         self.pending = message
-        diff = self.controller.parts.workspace.diff_text(message.parent.commit if message.parent else None,
-                                                         message.proposal.train_py)
-        self.query_one("#proposal", Static).update(_group(proposal_view(message.proposal, message.parent, diff,
-                                                                         self.controller.parts.proposer.name)))
+        view = proposal_view(message.proposal, message.parent, self.link.diff(message), self.link.proposer(message))
+        self.query_one("#proposal", Static).update(_group(view))
         self.bell()
+
+    def drop_if_decided_elsewhere(self) -> None:
+        """Another viewer (or the session's own TUI) decided the proposal shown here."""
+        if self.pending is not None and not self.link.still_pending(self.pending):
+            self.pending = None
+            self.query_one("#proposal", Static).update("decided elsewhere — waiting for the next proposal")
 
     def on_session_ended(self, message: SessionEnded) -> None:
         self.ended = message
+        self.pending = None
         self.query_one("#log", RichLog).write(f"[b]session {message.status}[/]: {message.reason}  (q to leave)")
-        if self.controller.gate.stop_requested.is_set():
+        if not self.link.attached and self.controller.gate.stop_requested.is_set():
             self.exit()
 
     def show_tree(self, tree: Tree) -> None:
@@ -269,9 +429,11 @@ class SessionApp(App):
     # -- actions ----------------------------------------------------------------------------
 
     def decide(self, decision: Decision) -> None:
-        self.pending = None
-        self.query_one("#proposal", Static).update(f"{decision.action}d — waiting for the next proposal")
-        self.controller.gate.decide(decision)
+        pending, self.pending = self.pending, None
+        if self.link.decide(pending, decision):
+            self.query_one("#proposal", Static).update(f"{decision.action}d — waiting for the next proposal")
+        else:
+            self.query_one("#proposal", Static).update("decided elsewhere first — waiting for the next proposal")
 
     def action_approve(self) -> None:
         if self.pending:
@@ -308,33 +470,27 @@ class SessionApp(App):
             self.decide(Decision(action="reject", reason=event.value.strip()))
         else:
             try:
-                values = self.controller.template.space.check(
-                    parse_values(event.value, self.pending.proposal.hyperparameters))
+                values = self.link.check(parse_values(event.value, self.pending.proposal.hyperparameters))
             except ProposalError as exc:
-                self.query_one("#log", RichLog).write(f"[red]edit rejected:[/] {exc}")
+                self.query_one("#log", RichLog).write(f"[red]edit rejected:[/] {escape(str(exc))}")
                 return
             self.decide(Decision(action="edit", hyperparameters=values, reason="values edited"))
         self.action_cancel_input()
 
     def action_pause(self) -> None:
-        gate = self.controller.gate
-        if gate.running.is_set():
-            gate.pause()
+        if self.link.toggle_pause():
             self.query_one("#log", RichLog).write("paused: no new stage starts until you press p again")
         else:
-            gate.resume()
             self.query_one("#log", RichLog).write("resumed")
 
     def action_quit_session(self) -> None:
-        """Stop the session cleanly, then leave once the controller has recorded the stop."""
+        """Stop the session cleanly, then leave once the controller has recorded the stop
+        (an attached TUI just leaves: the session goes on without it)."""
         if self.ended or not self.run_controller:
+            self.leaving = True
             self.exit()
             return
-        gate = self.controller.gate
-        gate.stop_requested.set()
-        gate.resume()
-        if self.pending:
-            gate.decide(Decision(action="reject", reason="session stopped"))
+        self.link.stop(self.pending)
         self.query_one("#log", RichLog).write("stopping: the running stage is killed and marked interrupted")
 
 
@@ -351,6 +507,14 @@ def _group(parts: list):
 def make_app(controller: Controller, run_controller: bool = True) -> SessionApp:
     """The TUI for ``controller``, which must have been built with a ``TuiObserver``;
     the CLI and the tests both build it here."""
-    if not isinstance(controller.observer, TuiObserver):
+    observer = controller.observer
+    if isinstance(observer, Observers):
+        observer = observer.find(TuiObserver)
+    if not isinstance(observer, TuiObserver):
         raise TypeError("build the controller with observer=TuiObserver() to drive it from the TUI")
-    return SessionApp(controller, controller.observer, run_controller)
+    return SessionApp(LocalLink(controller), observer, run_controller)
+
+
+def attach_app(session_dir, user: str) -> SessionApp:
+    """A TUI attached to the session another process runs in ``session_dir``."""
+    return SessionApp(AttachedLink(Channel(session_dir), user))

@@ -120,6 +120,18 @@ class Node:
         data.pop("planned_steps")  # known while its stage runs; spec.json keeps it
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Node":
+        """The inverse of ``to_dict`` (a viewer rebuilds the tree a session wrote)."""
+        known = {f for f in cls.__dataclass_fields__}
+        data = {k: v for k, v in data.items() if k in known}
+        return cls(**{
+            **data, "status": Status(data.get("status", "pending")),
+            "decision": Decision(**data["decision"]) if data.get("decision") else None,
+            "comparison": Comparison(**data["comparison"]) if data.get("comparison") else None,
+            "diagnosis": [Finding.from_dict(f) for f in data.get("diagnosis", [])],
+        })
+
 
 class Tree:
     """Nodes in creation order, plus the base model's score."""

@@ -163,3 +163,128 @@ def test_real_command_under_a_pty_approves_with_a_key_press(fast_template, runs_
     assert data["status"] == "finished" and data["nodes"][0]["status"] == "succeeded"
     tags = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}").get_run(data["nodes"][0]["mlflow_run_id"]).data.tags
     assert tags["autorl.decision"] == "approve"
+
+
+# -- attaching to a session run by another process (autorl/channel.py) ----------------------------
+
+def test_the_first_decision_wins_and_later_ones_are_refused(tmp_path):
+    from autorl.channel import Channel
+    from search.tree import Decision
+
+    one, two = Channel.open(tmp_path), Channel(tmp_path)  # two viewers on the same folder
+    assert one.post_decision("p001-x", Decision("approve", decided_by="ann"))
+    assert not two.post_decision("p001-x", Decision("reject", "no", decided_by="bob"))
+    assert one.decision_for("p001-x") == Decision("approve", decided_by="ann")
+    one.consume("p001-x")
+    assert one.decision_for("p001-x") is None and len(list(one.decided.iterdir())) == 1
+    (one.decisions / "p002-y.json").write_text('{"action": "explode"}')  # garbage never stops the session
+    assert one.decision_for("p002-y") is None and not (one.decisions / "p002-y.json").exists()
+    assert "could not be read" in one.events.read_text()
+
+
+def test_a_decision_sent_while_the_controller_was_away_is_used_once(tmp_path):
+    from autorl.channel import Channel, proposal_key
+    from search.proposers import Proposal
+    from search.tree import Decision
+
+    channel = Channel.open(tmp_path)
+    proposal = Proposal(parent=None, hyperparameters={"learning_rate": 1e-4})
+    key = proposal_key(proposal, tree_size=0)
+    assert key == proposal_key(Proposal(parent=None, hyperparameters={"learning_rate": 1e-4}), 0)  # stable
+    assert key != proposal_key(proposal, tree_size=1)
+    channel.post_decision(key, Decision("approve", decided_by="ann"))  # e.g. while the controller restarted
+    gate = Gate("all", decided_by="local", channel=channel)
+    assert gate.review(proposal, key).decided_by == "ann"
+    gate.settle(key)
+    assert channel.decision_for(key) is None  # acted on: never applied a second time
+
+
+def headless_session(fast_template, runs_dir, tracker, name, stages=1):
+    from autorl.observer import Observer
+
+    config = make_config(name=name, topic="t", template=str(fast_template.path), stages=stages, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri, approve="all")
+    return create_session(config, fast_template, tracker, observer=Observer(), gate=Gate("all", decided_by="nobody"))
+
+
+@pytest.mark.anyio
+async def test_an_attached_tui_approves_a_headless_sessions_proposal(fast_template, runs_dir, tracker):
+    import threading
+
+    from autorl.tui import attach_app
+
+    controller = headless_session(fast_template, runs_dir, tracker, "attached")
+    runner = threading.Thread(target=controller.run, daemon=True)
+    runner.start()
+    app = attach_app(controller.session_dir, "viewer")
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("a")
+        await until(pilot, lambda: app.ended is not None)
+        assert "n001" in str(app.query_one("#nodes").root.children[0].label)
+    runner.join(60)
+    node = controller.tree.nodes["n001"]
+    assert node.scored and controller.status == "finished"
+    assert node.decision.action == "approve" and node.decision.decided_by == "viewer"
+
+
+@pytest.mark.anyio
+async def test_an_attached_edit_is_validated_before_it_is_sent(fast_template, runs_dir, tracker):
+    import threading
+
+    from autorl.tui import attach_app
+
+    controller = headless_session(fast_template, runs_dir, tracker, "attached-edit")
+    runner = threading.Thread(target=controller.run, daemon=True)
+    runner.start()
+    app = attach_app(controller.session_dir, "viewer")
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press("e")
+        app.query_one("#input").value = "learning_rate=5"
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert "outside" in "\n".join(line.text for line in app.query_one("#log").lines)
+        app.query_one("#input").value = "learning_rate=0.0002"
+        await pilot.press("enter")
+        await until(pilot, lambda: app.ended is not None)
+    runner.join(60)
+    assert controller.tree.nodes["n001"].hyperparameters["learning_rate"] == 0.0002
+
+
+def test_tui_names_a_missing_session():
+    done = run_cli("tui", "nothing-here")
+    assert done.returncode == 1 and "no session 'nothing-here'" in done.stderr
+
+
+@pytest.mark.slow
+def test_tui_attaches_from_another_terminal_to_a_headless_session(fast_template, runs_dir):
+    import subprocess
+
+    session = subprocess.Popen([*AUTORL, "research", "t", "--template", str(fast_template.path), "--stages", "1",
+                                "--approve", "all", "--wait", "--name", "headless"], cwd=str(REPO),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (runs_dir / "sessions" / "headless" / "channel" / "pending.json").exists():
+            assert session.poll() is None, session.stdout.read()
+            assert time.monotonic() < deadline, "the headless session never asked"
+            time.sleep(0.5)
+        viewer = pexpect.spawn(AUTORL[0], [*AUTORL[1:], "tui", "headless"], cwd=str(REPO),
+                               env={**os.environ, "TERM": "xterm-256color"}, dimensions=(40, 140), timeout=120,
+                               encoding="utf-8")
+        try:
+            viewer.expect("hyperparameter")
+            viewer.send("a")
+            viewer.expect("session finished")
+            viewer.send("q")
+            viewer.expect(pexpect.EOF)
+        finally:
+            viewer.close(force=True)
+        output, _ = session.communicate(timeout=120)
+        assert session.returncode == 0, output
+        assert "waits for a decision: autorl tui headless" in output
+    finally:
+        session.kill()
+    data = json.loads(run_cli("show", "headless", "--json").stdout)
+    assert data["status"] == "finished" and data["nodes"][0]["status"] == "succeeded"
