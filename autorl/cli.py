@@ -94,6 +94,7 @@ def research(
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
+    study_storage: Optional[str] = option("study_storage", "--study-storage", envvar="AUTORL_STUDY_STORAGE"),
     llm: Optional[str] = option("llm_model", "--llm", envvar="AUTORL_LLM"),
     llm_base_url: Optional[str] = option("llm_base_url", "--llm-base-url", envvar="OPENAI_BASE_URL"),
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
@@ -120,7 +121,7 @@ def research(
         sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
         patience=patience,
-        runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs),
+        runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         max_llm_cost=max_llm_cost,
     )
@@ -366,6 +367,21 @@ def show(
     if data["best"]:
         best = data["best"]
         console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, test {fmt(best['test_score'])}")
+    if (dashboard := dashboard_command(tracker, name)) is not None:
+        console.print(f"its Optuna study:  {dashboard}", highlight=False)
+
+
+def dashboard_command(tracker, name: str) -> str | None:
+    """The optuna-dashboard command that opens a session's study (None without one)."""
+    import shlex
+
+    from autorl.resume import stored_config
+    from search.study import storage_url
+
+    config = stored_config(tracker.find_session(name))
+    if config is None or config.strategy in ("grid", "random", "greedy", "pbt"):
+        return None
+    return f"optuna-dashboard {shlex.quote(storage_url(config.runs_dir, config.study_storage))}  (pip install optuna-dashboard)"
 
 
 @app.command()
@@ -402,6 +418,62 @@ def doctor(
     for title, ok, detail in checks(sandbox, llm_base_url, runs_dir, tracking_uri):
         mark = {True: "[green]ok[/]", False: "[red]no[/]", None: "[yellow]--[/]"}[ok]
         console.print(f"{mark}  [bold]{title}[/]: {detail}", highlight=False)
+
+
+server_app = typer.Typer(help="A shared store: PostgreSQL and an MLflow tracking server on this machine.",
+                         no_args_is_help=True)
+app.add_typer(server_app, name="server")
+ServerDir = typer.Option(None, "--dir", help="Folder of the pair's data and logs [default: RUNS_DIR/server].")
+
+
+def server_folder(folder: Optional[Path], runs_dir: Optional[Path]) -> Path:
+    from autorl.config import default_runs_dir
+
+    return (folder or (runs_dir or default_runs_dir()) / "server").expanduser().resolve()
+
+
+@server_app.command("up")
+@cli_errors
+def server_up(
+    folder: Optional[Path] = ServerDir,
+    runs_dir: Optional[Path] = RunsDir,
+    port: int = typer.Option(5000, "--port", help="Port of the MLflow server (loopback)."),
+    pg_port: int = typer.Option(5433, "--pg-port", help="Port of PostgreSQL (loopback)."),
+):
+    """Start PostgreSQL and an MLflow server on it (or say the pair is already up)."""
+    from autorl import server
+
+    info = server.up(server_folder(folder, runs_dir), pg_port=pg_port, mlflow_port=port)
+    console.print(f"tracking server {info.tracking_uri} on PostgreSQL {info.database_uri} (data in {info.folder})",
+                  highlight=False)
+    console.print(f"use it:  autorl research TOPIC --tracking-uri {info.tracking_uri} --study-storage {info.database_uri}",
+                  highlight=False)
+
+
+@server_app.command("down")
+@cli_errors
+def server_down(folder: Optional[Path] = ServerDir, runs_dir: Optional[Path] = RunsDir):
+    """Stop the pair (its data stays; `up` starts it again)."""
+    from autorl import server
+
+    info = server.down(server_folder(folder, runs_dir))
+    console.print("stopped" if info else "no server pair was started there", highlight=False)
+
+
+@server_app.command("status")
+@cli_errors
+def server_status(folder: Optional[Path] = ServerDir, runs_dir: Optional[Path] = RunsDir):
+    """Whether the pair answers, and its URIs."""
+    from autorl import server
+
+    info = server.read_info(server_folder(folder, runs_dir))
+    if info is None:
+        console.print("no server pair started there")
+        raise typer.Exit(1)
+    state = "up" if server.healthy(info.tracking_uri) else "not answering"
+    console.print(f"{state}: --tracking-uri {info.tracking_uri} --study-storage {info.database_uri}", highlight=False)
+    if state != "up":
+        raise typer.Exit(1)
 
 
 def main() -> None:  # pragma: no cover

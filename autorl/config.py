@@ -94,6 +94,8 @@ class SessionConfig(BaseModel):
                                            "each running trial gets one.")
     runs_dir: Path
     tracking_uri: str
+    study_storage: str | None = Field(None, description="Optuna storage URL (e.g. postgresql://…, from `autorl server "
+                                      "up`) [default: the journal file runs/optuna.journal].")
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
     llm_base_url: str | None = Field(None, description="Endpoint URL [default: OPENAI_BASE_URL or OpenAI].")
     llm_timeout_s: float = Field(60.0, gt=0, le=3600, description="Timeout of one LLM request attempt.")
@@ -138,6 +140,13 @@ class SessionConfig(BaseModel):
             raise ValueError(f"unknown part {unknown[0]!r}; choose from {', '.join(SEARCH_PARTS)}")
         return tuple(sorted(set(value)))
 
+    @field_validator("study_storage")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^(postgresql|mysql|sqlite)(\+\w+)?://", value):
+            raise ValueError("must be a database URL such as postgresql://user@host:port/db")
+        return value
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
@@ -162,7 +171,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
-    "schedule_prior": "--schedule-prior", "ablate": "--ablate",
+    "schedule_prior": "--schedule-prior", "ablate": "--ablate", "study_storage": "--study-storage",
 }
 
 

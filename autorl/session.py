@@ -21,7 +21,7 @@ from autorl.goals import Goals
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
 from autorl.curves import curves_text, read_records, summarise_curves
-from autorl.errors import SessionError
+from autorl.errors import ConfigError, SessionError
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
@@ -75,7 +75,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return GreedyProposer(space, depth, seed)
     if config.strategy == "pbt":
         return PbtProposer(space, seed=seed)
-    study = optuna_study.open_study(config.runs_dir, config.name, seed)
+    study = optuna_study.open_study(config.runs_dir, config.name, seed, config.study_storage)
     if config.strategy == "optuna":
         return FlatTpeProposer(space, depth, study, seed)
     if config.strategy == "tree":
@@ -134,11 +134,24 @@ def reserve_session_dir(config: SessionConfig) -> SessionLock:
     return lock
 
 
+def check_study_storage(config: SessionConfig) -> None:
+    """A shared study database must answer before the session exists."""
+    if config.study_storage is None:
+        return
+    try:
+        optuna_study.open_storage(config.runs_dir, config.study_storage)
+    except Exception as exc:  # SQLAlchemy raises many kinds: a missing driver, a refused connection, bad credentials
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"--study-storage: cannot open {config.study_storage}: {message}; start it "
+                          "(`autorl server up`) or pass another") from exc
+
+
 def create_session(config: SessionConfig, template: Template, tracker: Tracker, *, observer: Observer | None = None,
                    gate: Gate | None = None, api_key: str | None = None) -> Controller:
     """A new session, made so that a kill at any point leaves either nothing that counts
     (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
     tracker.ensure_store()
+    check_study_storage(config)
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None:

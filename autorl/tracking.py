@@ -94,7 +94,9 @@ class Tracker:
         return cls(uri or default_uri(runs_dir), runs_dir / "mlartifacts", create)
 
     def check_creatable(self) -> None:
-        """A SQLite store outside the runs directory must have a folder to go in."""
+        """A server must answer, and a SQLite store outside the runs directory must have a folder to go in."""
+        if self.uri.startswith(("http://", "https://")):
+            probe_http(self.uri)
         database = sqlite_path(self.uri)
         if database is not None and self.artifact_root is not None and \
                 database.parent != self.artifact_root.parent and not database.parent.is_dir():

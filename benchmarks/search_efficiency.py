@@ -222,7 +222,13 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     jobs = [(s, seed) for seed in seeds for s in args.strategies if (s, seed) not in have]
 
     def run_and_record(job):
-        result = run_session(*job, args)
+        try:
+            result = run_session(*job, args)
+        except RuntimeError as exc:  # one broken session is reported, not the end of the benchmark
+            with (args.work / "failures.jsonl").open("a") as handle:
+                handle.write(json.dumps({"strategy": job[0], "seed": job[1], "error": str(exc)[-3000:]}) + "\n")
+            print(f"{job[0]} seed {job[1]} FAILED: {str(exc).splitlines()[0]}", flush=True)
+            return None
         with log.open("a") as handle:
             handle.write(json.dumps(result) + "\n")
         print(f"{result['session']}: best val {result['best_val']:.3f}, test {result['best_test']:.3f}, "
@@ -230,7 +236,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
         return result
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        done += list(pool.map(run_and_record, jobs))
+        done += [r for r in pool.map(run_and_record, jobs) if r is not None]
     return [r for r in done if r["strategy"] in args.strategies and r["seed"] in seeds]
 
 
@@ -246,6 +252,11 @@ def main(argv=None) -> int:
     started = time.monotonic()
     results = run_all(args)
     text, table, paired = report(results, args)
+    failures = args.work / "failures.jsonl"
+    if failures.exists():
+        failed = [json.loads(line) for line in failures.read_text().splitlines()]
+        text += "Sessions that failed (not in the table): " + "; ".join(
+            f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}" for f in failed) + ".\n"
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")

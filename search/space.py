@@ -178,6 +178,27 @@ class SearchSpace:
                 for name, param in self.params.items()]
         return [dict(point) for point in itertools.product(*axes)]
 
+    def refined_grid_points(self, level: int) -> list[dict[str, Any]]:
+        """The grid after ``level`` refinements, new points only: each numeric axis takes the
+        midpoints (geometric where log) between the values of the level before, the
+        categorical axes keep their grid values. Empty when no numeric axis has a grid."""
+        if level == 0:
+            return self.grid_points()
+        numeric = {name: sorted(p.grid) for name, p in self.params.items() if p.grid and p.type != "categorical"}
+        if not numeric:
+            return []
+        axes_values = {}
+        for name, values in numeric.items():
+            param = self.params[name]
+            for _ in range(level):
+                middles = [math.sqrt(a * b) if param.log else (a + b) / 2 for a, b in zip(values, values[1:])]
+                values, new = sorted(values + middles), middles
+            axes_values[name] = [round(v) if param.type == "int" else float(f"{v:.3g}") for v in new]
+        axes = [[(name, v) for v in axes_values[name]] if name in axes_values else
+                [(name, v) for v in param.grid] if param.grid else [(name, param.default)]
+                for name, param in self.params.items()]
+        return [dict(point) for point in itertools.product(*axes)]
+
     def mutate(self, values: dict[str, Any], rng: random.Random, changes: int = 1) -> dict[str, Any]:
         """``values`` with ``changes`` parameters moved: a numeric one by a random step of up to
         a quarter of its range (log range where log), a categorical one to another choice."""

@@ -1,7 +1,9 @@
-"""Optuna study storage: one journal file next to the MLflow store.
+"""Optuna study storage: one journal file next to the MLflow store, or a shared database.
 
-A journal file (not SQLite) because several processes may open it at once and it
-needs no schema migration; only the controller writes to it (ask/tell).
+By default a journal file (not SQLite): several processes may open it at once and it
+needs no schema migration; only the controller writes to it (ask/tell). With a
+database URL (``--study-storage postgresql://…``, e.g. the one `autorl server up`
+starts) the studies live beside other people's, in one place optuna-dashboard opens.
 """
 
 from __future__ import annotations
@@ -17,9 +19,20 @@ from optuna.storages.journal import JournalFileBackend
 N_STARTUP_TRIALS = 4
 
 
-def open_study(runs_dir: Path, session: str, seed: int) -> optuna.Study:
+def storage_url(runs_dir: Path, url: str | None = None) -> str:
+    """Where a session's study lives, as optuna-dashboard takes it."""
+    return url or str(runs_dir / "optuna.journal")
+
+
+def open_storage(runs_dir: Path, url: str | None = None):
+    if url is None:
+        return JournalStorage(JournalFileBackend(str(runs_dir / "optuna.journal")))
+    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+
+
+def open_study(runs_dir: Path, session: str, seed: int, url: str | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = JournalStorage(JournalFileBackend(str(runs_dir / "optuna.journal")))
+    storage = open_storage(runs_dir, url)
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS)
     return optuna.create_study(
         study_name=session, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True

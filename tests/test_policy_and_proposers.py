@@ -1,5 +1,7 @@
 """Tree policy and proposers, on hand-built trees (no training needed)."""
 
+import json
+
 import optuna
 import pytest
 
@@ -336,3 +338,16 @@ def test_a_collapse_at_the_smallest_steps_sets_no_limit_that_would_forbid_the_sp
                   status=Status.SUCCEEDED, val_score=0.56, val_stderr=0.01,
                   diagnosis=[Finding("reward_collapse", "critical")]))
     assert learning_rate_limit(tree, DEDUP_SPACE) is None
+
+
+def test_a_budget_larger_than_the_grid_refines_it_instead_of_repeating_it():
+    from search.proposers import GridProposer
+
+    space = templates.load("arith").space
+    grid = GridProposer(space, max_depth=3, seed=0)
+    first = [grid.draw(i)[0] for i in range(1, 7)]
+    finer = [grid.draw(i)[0] for i in range(7, 11)]
+    rates = {p["learning_rate"] for p in first}
+    assert rates == {2e-5, 1e-4, 4e-4}
+    assert {p["learning_rate"] for p in finer} == {4.47e-05, 2e-4}  # geometric midpoints
+    assert all(p not in first for p in finer) and len({json.dumps(p, sort_keys=True) for p in finer}) == 4

@@ -6,7 +6,8 @@ schedule of three stages is also judged after one and two. A failed stage ends i
 schedule. The strategies differ only in how a schedule is drawn:
 
 - ``grid``: the space's grid points (``grid = [...]`` in space.toml), each held constant
-  for ``max_depth`` stages, in an order shuffled by the seed;
+  for ``max_depth`` stages, in an order shuffled by the seed; a budget larger than the
+  grid refines it (midpoints between neighbouring values), as a person would;
 - ``random``: a uniform length in 1..max_depth, every stage drawn uniformly;
 - ``optuna`` (flat): TPE over the length and every stage's values, one trial per
   schedule, told the validation score of the schedule's last checkpoint.
@@ -116,8 +117,13 @@ class GridProposer(ScheduleProposer):
         super().__init__(space, max_depth, seed)
         self.points = space.grid_points()
         random.Random(f"grid:{seed}").shuffle(self.points)
+        self.level = 0
 
     def draw(self, index: int) -> list[dict[str, Any]]:
+        while index > len(self.points) and (finer := self.space.refined_grid_points(self.level + 1)):
+            self.level += 1
+            random.Random(f"grid:{self.seed}:{self.level}").shuffle(finer)
+            self.points += finer
         point = self.points[(index - 1) % len(self.points)]
         return [dict(point) for _ in range(self.max_depth)]
 
