@@ -197,17 +197,23 @@ class ChannelObserver(Observer):
 
     def __init__(self, channel: Channel):
         self.channel = channel
+        self.tree: Tree | None = None
+        self.budget = None
 
     def session_started(self, name: str, tree: Tree, budget) -> None:
+        self.tree, self.budget = tree, budget
         self.channel.save_tree(tree)
         self.channel.publish("session_started", name=name, budget=budget.describe())
 
     def message(self, text: str) -> None:
         self.channel.publish("note", text=text)
+        if self.tree is not None and self.tree.base_score is not None and not self.channel.tree().base_score:
+            self.channel.save_tree(self.tree)  # the base model was just scored
+            self.channel.publish("tree", budget=self.budget.describe())
 
     def stage_started(self, node: Node, tree: Tree) -> None:
         self.channel.save_tree(tree)
-        self.channel.publish("tree", node=node.id)
+        self.channel.publish("tree", node=node.id, budget=self.budget.describe() if self.budget else "")
 
     def stage_phase(self, node: Node, phase: str) -> None:
         self.channel.publish("phase", node=node.id, phase=phase)
@@ -217,7 +223,7 @@ class ChannelObserver(Observer):
 
     def stage_finished(self, node: Node, tree: Tree) -> None:
         self.channel.save_tree(tree)
-        self.channel.publish("tree", node=node.id)
+        self.channel.publish("tree", node=node.id, budget=self.budget.describe() if self.budget else "")
 
     def session_finished(self, tree: Tree, status: str, reason: str) -> None:
         self.channel.save_tree(tree)

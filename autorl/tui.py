@@ -312,8 +312,6 @@ class SessionApp(App):
         self.leaving = False
         self.title = f"autorl · {link.name}" + (" (attached)" if link.attached else "")
         self.sub_title = f"{link.strategy} · approve {link.mode}"
-        if link.attached:
-            self.bind("q", "quit_session", description="leave (the session goes on)")
 
     @property
     def controller(self) -> Controller:
@@ -515,6 +513,13 @@ def make_app(controller: Controller, run_controller: bool = True) -> SessionApp:
     return SessionApp(LocalLink(controller), observer, run_controller)
 
 
+class AttachedApp(SessionApp):
+    """The TUI attached to another process's session: leaving it leaves the session running."""
+
+    BINDINGS = [*(b for b in SessionApp.BINDINGS if b.key != "q"),
+                Binding("q", "quit_session", "leave (the session goes on)")]
+
+
 def attach_app(session_dir, user: str) -> SessionApp:
     """A TUI attached to the session another process runs in ``session_dir``."""
-    return SessionApp(AttachedLink(Channel(session_dir), user))
+    return AttachedApp(AttachedLink(Channel(session_dir), user))

@@ -68,6 +68,7 @@ async def test_reject_with_a_reason_fails_the_trial_and_reaches_mlflow(fast_temp
         await pilot.press(*"too timid")
         await pilot.press("enter")
         await until(pilot, lambda: app.pending is not None and app.pending.proposal is not first)
+        assert app.pending.proposal.hyperparameters != first.hyperparameters  # not the same stage again
         await pilot.press("a")
         await until(pilot, lambda: app.ended is not None)
     decisions = [json.loads(line) for line in (controller.session_dir / "decisions.jsonl").read_text().splitlines()]

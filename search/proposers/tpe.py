@@ -52,6 +52,7 @@ class TpeProposer(BaseProposer):
         self.steer = steer
         self.seed = seed
         self.rng = random.Random(seed)
+        self.rejected = 0  # proposals a person rejected; the sampler's seed moves on with them
         if start_with_defaults and not study.trials:
             study.enqueue_trial(space.defaults())  # a known-good reference first
 
@@ -91,7 +92,8 @@ class TpeProposer(BaseProposer):
             self.study.enqueue_trial(fixed, skip_if_exists=False)
         distributions = {name: param.distribution(*ranges.get(name, (None, None)))
                          for name, param in self.space.params.items()}
-        reseed(self.study, self.seed, len(tree.nodes), attempt)
+        rejected = (self.rejected,) if self.rejected else ()  # a person said no: draw something else
+        reseed(self.study, self.seed, len(tree.nodes), attempt, *rejected)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)
@@ -110,6 +112,8 @@ class TpeProposer(BaseProposer):
 
     def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
         fail_trial(self.study, proposal.optuna_trial)
+        if reason is not None:  # rejected (an edit withdraws without a reason)
+            self.rejected += 1
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         fail_orphan_trials(self.study, tree)
