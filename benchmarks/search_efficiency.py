@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,6 +82,7 @@ def run_session(strategy: str, seed: int, args: argparse.Namespace, extra: tuple
     label = label or strategy
     runs = args.work / f"{label}-{seed}"
     name = f"bench-{label}-{seed}"
+    shutil.rmtree(runs, ignore_errors=True)  # a session not in results.jsonl failed or was cut short: run it afresh
     env = {**os.environ, "AUTORL_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1" if args.jobs > 1 else "2"}
     command = [sys.executable, "-m", "autorl"]
     started = time.monotonic()
