@@ -110,8 +110,43 @@ def summarise(data: dict) -> dict:
         "best_val": data["best_val_score"], "best_test": data["best_test_score"],
         "best_test_stderr": data["best_test_stderr"], "best_so_far": best_so_far,
         "best_path": data["best"]["path"] if data["best"] else [],
+        "best_schedule": winning_schedule(data),
         "failed_stages": sum(n["status"] == "failed" for n in data["nodes"]),
     }
+
+
+def winning_schedule(data: dict) -> list[dict]:
+    """The hyperparameters of each stage on the winner's path, first stage first."""
+    nodes = {n["id"]: n for n in data["nodes"]}
+    return [nodes[i]["hyperparameters"] for i in (data["best"]["path"] if data["best"] else []) if i in nodes]
+
+
+def backfill_schedules(results: list[dict], args: argparse.Namespace) -> None:
+    """Sessions recorded before ``best_schedule`` was kept: read it back from their store."""
+    for result in (r for r in results if "best_schedule" not in r):
+        runs = args.work / result["session"].removeprefix("bench-")
+        shown = subprocess.run([sys.executable, "-m", "autorl", "show", result["session"], "--json"],
+                               capture_output=True, text=True, env={**os.environ, "AUTORL_RUNS_DIR": str(runs)},
+                               cwd=REPO)
+        result["best_schedule"] = winning_schedule(json.loads(shown.stdout)) if shown.returncode == 0 else []
+
+
+MOVED_ROLES = {"learning_rate": "lr", "temperature": "T", "beta": "β", "num_generations": "G",
+               "max_completion_length": "len"}
+
+
+def schedule_shapes(runs: list[dict]) -> str:
+    """How the winners' values move from stage to stage: per parameter, moves up / down / kept."""
+    moves = {label: [0, 0, 0] for label in MOVED_ROLES.values()}
+    multi = [r["best_schedule"] for r in runs if len(r.get("best_schedule") or []) > 1]
+    for schedule in multi:
+        for before, after in zip(schedule, schedule[1:]):
+            for name, label in MOVED_ROLES.items():
+                if name in before and name in after:
+                    a, b = before[name], after[name]
+                    moves[label][0 if b > a else 1 if b < a else 2] += 1
+    parts = [f"{label} ↑{up} ↓{down} ={kept}" for label, (up, down, kept) in moves.items() if up + down + kept]
+    return f"{len(multi)} multi-stage winners; " + (", ".join(parts) if parts else "—")
 
 
 def paired_test(results: list[dict], strategy: str, baseline: str) -> dict | None:
@@ -185,6 +220,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
         "Grid's best validation score (median over seeds): " + ("—" if grid_val is None else f"{grid_val:.3f}") + ".",
         "Winning schedules (stages on the winner's path, per seed): " + "; ".join(
             f"{s} {[len(r['best_path']) for r in runs]}" for s, runs in by_strategy.items()) + ".",
+        "", "Shape of the winning schedules (moves between consecutive stages of the winners' paths):", "",
+        *[f"- {s}: {schedule_shapes(runs)}" for s, runs in by_strategy.items()],
     ]
     return "\n".join(rows + notes) + "\n", table, comparisons
 
@@ -253,6 +290,7 @@ def main(argv=None) -> int:
     args.template_path = equal_compute_template(args)
     started = time.monotonic()
     results = run_all(args)
+    backfill_schedules(results, args)
     text, table, paired = report(results, args)
     failures = args.work / "failures.jsonl"
     if failures.exists():
