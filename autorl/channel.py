@@ -102,10 +102,13 @@ class Channel:
         said so in the events), so a viewer can decide again."""
         path = self.decisions / f"{key}.json"
         try:
-            data = json.loads(path.read_text())
-            decision = Decision(**data)
+            decision = Decision(**json.loads(path.read_text()))
             if decision.action not in ("approve", "reject", "edit"):
                 raise ValueError(f"unknown action {decision.action!r}")
+            if not isinstance(decision.hyperparameters, (dict, type(None))) or not isinstance(decision.reason, str):
+                raise ValueError("hyperparameters must be an object and reason a string")
+            if decision.action == "edit" and not decision.hyperparameters:
+                raise ValueError("an edit without values")
             return decision
         except FileNotFoundError:
             return None

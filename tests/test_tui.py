@@ -178,8 +178,9 @@ def test_the_first_decision_wins_and_later_ones_are_refused(tmp_path):
     assert one.decision_for("p001-x") == Decision("approve", decided_by="ann")
     one.consume("p001-x")
     assert one.decision_for("p001-x") is None and len(list(one.decided.iterdir())) == 1
-    (one.decisions / "p002-y.json").write_text('{"action": "explode"}')  # garbage never stops the session
-    assert one.decision_for("p002-y") is None and not (one.decisions / "p002-y.json").exists()
+    for garbage in ('{"action": "explode"}', '[1]', '{"action": "edit", "hyperparameters": "lr=1"}', '{"act'):
+        (one.decisions / "p002-y.json").write_text(garbage)  # garbage never stops the session
+        assert one.decision_for("p002-y") is None and not (one.decisions / "p002-y.json").exists()
     assert "could not be read" in one.events.read_text()
 
 
