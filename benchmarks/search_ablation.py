@@ -30,6 +30,7 @@ VARIANTS = {  # label -> extra `autorl research` options
     "no-budget": ("--ablate", "budget"),
     "no-steering": ("--ablate", "steering"),
     "schedule-prior": ("--schedule-prior",),
+    "depth-6": ("--max-depth", "6"),
 }
 MEANING = {
     "no-memory": "memory of collapses off",
@@ -37,6 +38,7 @@ MEANING = {
     "no-budget": "policy ignores the remaining budget",
     "no-steering": "diagnosis steering off",
     "schedule-prior": "schedule prior on (capacity only grows along a path)",
+    "depth-6": "schedules up to 6 stages deep instead of 3",
 }
 
 
