@@ -51,10 +51,12 @@ class Gate:
             return Decision(action="approve", decided_by="autorl (no review needed)")
         self.pending_key = key
         while True:
+            if self.stop_requested.is_set():  # not a decision on the proposal: nothing is recorded for it
+                return Decision(action="reject", reason="session stopped", decided_by=self.decided_by)
             if self.channel is not None and key is not None and (decision := self.channel.decision_for(key)):
                 return decision
             try:
-                return self.decisions.get(timeout=POLL_S if self.channel is not None else None)
+                return self.decisions.get(timeout=POLL_S)
             except queue.Empty:
                 continue
 

@@ -168,11 +168,10 @@ class LocalLink:
         return not gate.running.is_set()
 
     def stop(self, pending: ProposalPending | None) -> None:
+        """The controller sees the request at its next check, a pending proposal included."""
         gate = self.controller.gate
         gate.stop_requested.set()
         gate.resume()
-        if pending:
-            gate.decide(Decision(action="reject", reason="session stopped"))
 
 
 class AttachedLink:

@@ -133,6 +133,8 @@ async def test_quit_stops_the_session_cleanly(fast_template, runs_dir, tracker):
         await pilot.press("q")
         await until(pilot, lambda: app.ended is not None)
     assert controller.status == "stopped" and controller.tree.nodes == {}
+    decisions = controller.session_dir / "channel" / "decisions"
+    assert not list(decisions.iterdir())  # a stop is not a decision: resume asks about the proposal again
     run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
     assert run.info.status == "KILLED"
     svg = (runs_dir / "pending.svg").read_text()  # the main screen: tree, the proposal with its values
