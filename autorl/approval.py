@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 
 from autorl.channel import POLL_S, Channel
 from search.proposers import Proposal
@@ -39,6 +40,11 @@ class Gate:
     def needs_review(self, proposal: Proposal) -> bool:
         return self.mode == "all" or (self.mode == "edits" and proposal.train_py is not None)
 
+    def key_for(self, base: str) -> str:
+        """The key a proposal waits under: its content's, counted on past the decisions already
+        acted on for the same content (a stage proposed again after a rejection is asked anew)."""
+        return self.channel.next_key(base) if self.channel is not None else base
+
     def publish(self, key: str, proposal: Proposal, parent: Node | None, diff: str, proposer: str) -> None:
         """Show the proposal to attached viewers (a local TUI hears of it from the observer)."""
         self.pending_key = key
@@ -53,7 +59,8 @@ class Gate:
         while True:
             if self.stop_requested.is_set():  # not a decision on the proposal: nothing is recorded for it
                 return Decision(action="reject", reason="session stopped", decided_by=self.decided_by)
-            if self.channel is not None and key is not None and (decision := self.channel.decision_for(key)):
+            if self.channel is not None and key is not None and \
+                    (decision := self.channel.decision_for(key, set_aside=True)):
                 return decision
             try:
                 return self.decisions.get(timeout=POLL_S)
@@ -67,21 +74,28 @@ class Gate:
             self.channel.clear_pending(key)
         self.pending_key = None
 
-    def decide(self, decision: Decision) -> bool:
-        """A decision from this process; False when an attached viewer decided first."""
+    def decide(self, decision: Decision, key: str | None) -> bool:
+        """A decision from this process on the proposal ``key``; False when that proposal is no
+        longer waiting (an attached viewer decided it first)."""
+        if key is None or key != self.pending_key:
+            return False
         decision = dataclasses.replace(decision, decided_by=self.decided_by)
-        if self.channel is not None and self.pending_key is not None:
-            return self.channel.post_decision(self.pending_key, decision)
+        if self.channel is not None:
+            return self.channel.post_decision(key, decision)
         self.decisions.put(decision)
         return True
 
     def wait_while_paused(self) -> None:
-        while not self.running.wait(POLL_S) or (self.channel is not None and self.channel.paused):
-            if self.stop_requested.is_set():
-                return
+        """Hold the next stage while this process or an attached viewer has paused the session."""
+        while not self.stop_requested.is_set() and \
+                (not self.running.is_set() or (self.channel is not None and self.channel.paused)):
+            time.sleep(POLL_S)
 
     def pause(self) -> None:
         self.running.clear()
 
     def resume(self) -> None:
+        """Resume, whoever paused (this process, or a viewer through the channel)."""
         self.running.set()
+        if self.channel is not None:
+            self.channel.set_paused(False)

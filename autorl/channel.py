@@ -11,12 +11,14 @@ The controller's process writes, under ``<session>/channel/``:
   that validates an edit before sending it;
 - ``pending.json``: the proposal waiting for a decision, with its key.
 
-Viewers write ``decisions/<key>.json``, created with ``O_EXCL``: the first decision for
-a proposal wins and every later one is refused, across any number of viewers. A key
-names a proposal by the tree it was made for and its content, so a controller that is
+Viewers write ``decisions/<key>.json``, created exclusively (a hard link): the first
+decision for a proposal wins and every later one is refused, across any number of
+viewers. A key names a proposal by the tree it was made for and its content (plus how
+many decisions on that same content were already acted on), so a controller that is
 restarted and proposes the same stage again finds a decision sent while it was away.
-The controller moves a decision it acted on to ``decided/``; ``paused`` (a file) holds
-the next stage while it exists.
+The controller moves a decision it acted on to ``decided/`` (and one it cannot read to
+``unreadable/``); a decision for a key already acted on is refused. ``paused`` (a file)
+holds the next stage while it exists.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Channel:
         self.pending_file = self.folder / "pending.json"
         self.decisions = self.folder / "decisions"
         self.decided = self.folder / "decided"
+        self.unreadable = self.folder / "unreadable"
         self.paused_flag = self.folder / "paused"
 
     @classmethod
@@ -65,6 +68,7 @@ class Channel:
         channel = cls(session_dir)
         channel.decisions.mkdir(parents=True, exist_ok=True)
         channel.decided.mkdir(exist_ok=True)
+        channel.unreadable.mkdir(exist_ok=True)
         return channel
 
     @property
@@ -97,9 +101,17 @@ class Channel:
         if pending and pending["key"] == key:
             self.pending_file.unlink(missing_ok=True)
 
-    def decision_for(self, key: str) -> Decision | None:
-        """The decision sent for ``key``, if any; one that cannot be read is set aside (and
-        said so in the events), so a viewer can decide again."""
+    def next_key(self, base: str) -> str:
+        """``base`` numbered past the decisions already acted on for it."""
+        return f"{base}.{sum(1 for _ in self.decided.glob(f'{base}.*'))}"
+
+    def acted_on(self, key: str) -> bool:
+        return any(self.decided.glob(f"{key}-*.json"))
+
+    def decision_for(self, key: str, set_aside: bool = False) -> Decision | None:
+        """The decision sent for ``key``, if any. One that cannot be read is None; the
+        controller (``set_aside``) moves it out of the way and says so, so a viewer can
+        decide again — viewers only read."""
         path = self.decisions / f"{key}.json"
         try:
             decision = Decision(**json.loads(path.read_text()))
@@ -113,8 +125,12 @@ class Channel:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, TypeError) as exc:
-            os.replace(path, self.decided / f"{key}-unreadable-{time.time_ns()}.json")
-            self.publish("note", text=f"a decision on {key} could not be read ({exc}); decide again")
+            if set_aside:
+                try:
+                    os.replace(path, self.unreadable / f"{key}-{time.time_ns()}.json")
+                except FileNotFoundError:
+                    return None
+                self.publish("note", text=f"a decision on {key} could not be read ({exc}); decide again")
             return None
 
     def consume(self, key: str) -> None:
@@ -127,7 +143,8 @@ class Channel:
 
     def post_decision(self, key: str, decision: Decision) -> bool:
         """Send a decision; False when another one for ``key`` got there first."""
-        self.decisions.mkdir(parents=True, exist_ok=True)
+        if (self.decisions / f"{key}.json").exists() or self.acted_on(key):
+            return False
         temporary = self.decisions / f".{key}.{os.getpid()}.{time.time_ns()}.tmp"
         temporary.write_text(json.dumps(decision.to_dict()))
         try:
@@ -202,6 +219,7 @@ class ChannelObserver(Observer):
         self.channel = channel
         self.tree: Tree | None = None
         self.budget = None
+        self.base_published = False
 
     def session_started(self, name: str, tree: Tree, budget) -> None:
         self.tree, self.budget = tree, budget
@@ -210,8 +228,9 @@ class ChannelObserver(Observer):
 
     def message(self, text: str) -> None:
         self.channel.publish("note", text=text)
-        if self.tree is not None and self.tree.base_score is not None and not self.channel.tree().base_score:
-            self.channel.save_tree(self.tree)  # the base model was just scored
+        if not self.base_published and self.tree is not None and self.tree.base_score is not None:
+            self.base_published = True  # the base model was just scored (or read back on resume)
+            self.channel.save_tree(self.tree)
             self.channel.publish("tree", budget=self.budget.describe())
 
     def stage_started(self, node: Node, tree: Tree) -> None:
@@ -247,9 +266,9 @@ class Observers(Observer):
         for observer in self.observers:
             observer.message(text)
 
-    def proposal_pending(self, proposal: Proposal, parent: Node | None) -> None:
+    def proposal_pending(self, proposal: Proposal, parent: Node | None, key: str | None = None) -> None:
         for observer in self.observers:
-            observer.proposal_pending(proposal, parent)
+            observer.proposal_pending(proposal, parent, key)
 
     def stage_started(self, node: Node, tree: Tree) -> None:
         for observer in self.observers:

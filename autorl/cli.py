@@ -171,6 +171,8 @@ def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
 
     if mode not in APPROVE_MODES:
         raise ConfigError(f"--approve: unknown mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
+    if wait and mode == "none":
+        raise ConfigError("--wait: only with --approve edits|all (nothing waits for a decision otherwise)")
     if mode != "none" and not wait and not (sys.stdin.isatty() and sys.stdout.isatty()):
         if stored:
             raise ConfigError(f"--approve: this session was started with --approve {mode}, which needs an interactive "

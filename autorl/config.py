@@ -145,6 +145,9 @@ class SessionConfig(BaseModel):
     def _database_url(cls, value: str | None) -> str | None:
         if value is not None and not re.match(r"^(postgresql|mysql|sqlite)(\+\w+)?://", value):
             raise ValueError("must be a database URL such as postgresql://user@host:port/db")
+        if value is not None and re.match(r"^\w+(\+\w+)?://[^/@]*:[^/@]*@", value):
+            raise ValueError("holds a password, which would be stored with the session for everyone who reads the "
+                             "store; give it in ~/.pgpass or PGPASSWORD instead")
         return value
 
     @field_validator("name")

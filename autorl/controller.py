@@ -147,11 +147,11 @@ class Controller:
             return None
         self.dropped_in_a_row = 0
         parent_node = self.tree.nodes.get(proposal.parent) if proposal.parent else None
-        key = proposal_key(proposal, len(self.tree.nodes))
+        key = self.gate.key_for(proposal_key(proposal, len(self.tree.nodes)))
         if self.gate.needs_review(proposal):
             self.gate.publish(key, proposal, parent_node, self.proposal_diff(proposal, parent_node),
                               self.parts.proposer.name)
-            self.observer.proposal_pending(proposal, parent_node)
+            self.observer.proposal_pending(proposal, parent_node, key)
         decision = self.gate.review(proposal, key)
         self.check_stop()
         if decision.action == "reject":

@@ -89,7 +89,7 @@ class LiveView(Observer):
         self.console.print(f"[bold]autorl[/] session [cyan]{name}[/]")
         self.live.start()
 
-    def proposal_pending(self, proposal, parent) -> None:
+    def proposal_pending(self, proposal, parent, key=None) -> None:
         """A session run with --approve … --wait: the decision comes from an attached TUI."""
         self.console.print(f"a stage from {proposal.parent or 'base'} waits for a decision: "
                            f"autorl tui {self.name}", markup=False, highlight=False)

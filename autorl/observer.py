@@ -19,8 +19,8 @@ class Observer:
 
     def message(self, text: str) -> None: ...
 
-    def proposal_pending(self, proposal: Proposal, parent: Node | None) -> None:
-        """A proposal waits for a person's decision at the gate."""
+    def proposal_pending(self, proposal: Proposal, parent: Node | None, key: str | None = None) -> None:
+        """A proposal waits for a person's decision at the gate (``key`` names it there)."""
 
     def stage_started(self, node: Node, tree: Tree) -> None: ...
 

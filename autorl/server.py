@@ -115,6 +115,8 @@ def start_postgres(folder: Path, port: int) -> None:
         run(as_postgres([pg_tool("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync",
                          "--no-locale", "-E", "UTF8"]), "initdb")
     options = f"-p {port} -k {data} -c listen_addresses=127.0.0.1"
+    if subprocess.run(as_postgres([pg_tool("pg_ctl"), "-D", str(data), "status"]), capture_output=True).returncode == 0:
+        return  # already running (an earlier `up` whose mlflow server stopped)
     run(as_postgres([pg_tool("pg_ctl"), "-D", str(data), "-w", "-l", str(data / "server.log"), "-o", options,
                      "start"]), f"starting PostgreSQL on port {port}")
     for database in DATABASES:
@@ -151,10 +153,19 @@ def up(folder: Path, pg_port: int = 5433, mlflow_port: int = 5000) -> ServerInfo
         return info
     folder.mkdir(parents=True, exist_ok=True)
     info = ServerInfo(str(folder), pg_port, mlflow_port)
+    state_file(folder).write_text(json.dumps(asdict(info), indent=2))  # `down` can stop what started
     start_postgres(folder, pg_port)
     info.mlflow_pid = start_mlflow(folder, info)
     state_file(folder).write_text(json.dumps(asdict(info), indent=2))
     return info
+
+
+def is_mlflow_server(pid: int) -> bool:
+    """The pid still names the server `up` started (not a process that reused the number)."""
+    try:
+        return b"mlflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def down(folder: Path) -> ServerInfo | None:
@@ -163,11 +174,14 @@ def down(folder: Path) -> ServerInfo | None:
     info = read_info(folder)
     if info is None:
         return None
-    if info.mlflow_pid:
+    if info.mlflow_pid and is_mlflow_server(info.mlflow_pid):
         try:
             os.killpg(info.mlflow_pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+        deadline = time.monotonic() + 30
+        while is_mlflow_server(info.mlflow_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)  # its port is free when `down` returns
     data = folder / "postgres"
     if (data / "postmaster.pid").exists():
         run(as_postgres([pg_tool("pg_ctl"), "-D", str(data), "-w", "-m", "fast", "stop"]), "stopping PostgreSQL")

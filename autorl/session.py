@@ -150,8 +150,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
                    gate: Gate | None = None, api_key: str | None = None) -> Controller:
     """A new session, made so that a kill at any point leaves either nothing that counts
     (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
+    check_study_storage(config)  # before the store: a refusal leaves nothing behind
     tracker.ensure_store()
-    check_study_storage(config)
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None:
@@ -199,6 +199,7 @@ def make_sandbox(config: SessionConfig) -> Sandbox:
 def open_channel(config: SessionConfig, template: Template, gate: Gate | None) -> Channel:
     """The session's channel, described for viewers that attach (`autorl tui NAME`)."""
     channel = Channel.open(config.session_dir)
+    channel.set_paused(False)  # a pause belongs to the run that was paused, not to a resumed one
     channel.describe_session(name=config.name, strategy=config.strategy, approve=gate.mode if gate else "none",
                              space=[param.model_dump(mode="json") for param in template.space.params.values()])
     return channel

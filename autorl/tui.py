@@ -107,8 +107,8 @@ class TuiObserver(Observer):
     def session_started(self, name: str, tree: Tree, budget) -> None:
         self.post(TreeChanged(tree))
 
-    def proposal_pending(self, proposal: Proposal, parent: Node | None) -> None:
-        self.post(ProposalPending(proposal, parent))
+    def proposal_pending(self, proposal: Proposal, parent: Node | None, key: str | None = None) -> None:
+        self.post(ProposalPending(proposal, parent, key=key))
 
     def message(self, text: str) -> None:
         self.post(Note(text))
@@ -156,16 +156,17 @@ class LocalLink:
         return self.controller.template.space.check(values)
 
     def decide(self, message: ProposalPending, decision: Decision) -> bool:
-        return self.controller.gate.decide(decision)
+        return self.controller.gate.decide(decision, message.key)
 
     def still_pending(self, message: ProposalPending) -> bool:
-        return self.controller.gate.pending_key is not None
+        return self.controller.gate.pending_key == message.key
 
     def toggle_pause(self) -> bool:
         """Pause or resume; True when it is paused now."""
         gate = self.controller.gate
-        gate.resume() if not gate.running.is_set() else gate.pause()
-        return not gate.running.is_set()
+        paused = not gate.running.is_set() or (gate.channel is not None and gate.channel.paused)
+        gate.resume() if paused else gate.pause()
+        return not paused
 
     def stop(self, pending: ProposalPending | None) -> None:
         """The controller sees the request at its next check, a pending proposal included."""
@@ -202,6 +203,8 @@ class AttachedLink:
         return self.space.check(values)
 
     def decide(self, message: ProposalPending, decision: Decision) -> bool:
+        if self.pending_message(message.key) is None:
+            return False  # decided, or no longer proposed, since it was shown
         return self.channel.post_decision(message.key, dataclasses.replace(decision, decided_by=self.user))
 
     def still_pending(self, message: ProposalPending) -> bool:
@@ -217,7 +220,8 @@ class AttachedLink:
     def pending_message(self, key: str | None = None) -> ProposalPending | None:
         """The proposal waiting now (``key``: only if it is that one), unless it was decided."""
         pending = self.channel.pending()
-        if not pending or (key is not None and pending["key"] != key) or self.channel.decision_for(pending["key"]):
+        if not pending or (key is not None and pending["key"] != key) or self.channel.decision_for(pending["key"]) \
+                or self.channel.acted_on(pending["key"]):
             return None
         parent = Node.from_dict(pending["parent"]) if pending.get("parent") else None
         return ProposalPending(Proposal(**pending["proposal"]), parent, key=pending["key"], diff=pending.get("diff"),
@@ -362,8 +366,6 @@ class SessionApp(App):
         for event in self.link.channel.follow(stop=lambda: self.leaving or worker.is_cancelled):
             for message in self.link.messages(event):
                 self.call_from_thread(self.post_message, message)
-            if event.get("kind") == "note" and self.pending is not None:
-                self.call_from_thread(self.drop_if_decided_elsewhere)
 
     # -- reacting to the session ---------------------------------------------------------------
 
@@ -387,6 +389,7 @@ class SessionApp(App):
 
     def on_note(self, message: Note) -> None:
         self.query_one("#log", RichLog).write(message.text)
+        self.drop_if_decided_elsewhere()
 
     def on_proposal_pending(self, message: ProposalPending) -> None:
         self.pending = message

@@ -293,10 +293,13 @@ def main(argv=None) -> int:
     backfill_schedules(results, args)
     text, table, paired = report(results, args)
     failures = args.work / "failures.jsonl"
-    if failures.exists():
-        failed = [json.loads(line) for line in failures.read_text().splitlines()]
-        text += "Sessions that failed (not in the table): " + "; ".join(
-            f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}" for f in failed) + ".\n"
+    if failures.exists() and failures.read_text().strip():
+        recorded = {(r["strategy"], r["seed"]) for r in results}
+        failed = [f for f in map(json.loads, failures.read_text().splitlines())
+                  if (f["strategy"], f["seed"]) not in recorded]  # a rerun that succeeded is in the table
+        if failed:
+            text += "Sessions that failed (not in the table): " + "; ".join(
+                f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}" for f in failed) + ".\n"
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")

@@ -179,9 +179,10 @@ class SearchSpace:
         return [dict(point) for point in itertools.product(*axes)]
 
     def refined_grid_points(self, level: int) -> list[dict[str, Any]]:
-        """The grid after ``level`` refinements, new points only: each numeric axis takes the
-        midpoints (geometric where log) between the values of the level before, the
-        categorical axes keep their grid values. Empty when no numeric axis has a grid."""
+        """Points of the ``level``-th refinement of the grid: every numeric axis takes only the
+        midpoints (geometric where log) added at that level, the categorical axes keep their
+        grid values. Empty when no numeric axis has a grid; rounding may repeat earlier points,
+        which the caller drops."""
         if level == 0:
             return self.grid_points()
         numeric = {name: sorted(p.grid) for name, p in self.params.items() if p.grid and p.type != "categorical"}

@@ -60,3 +60,10 @@ def test_search_parts_can_be_switched_off_by_name_only(tmp_path):
     assert make_config(**base, ablate=("memory", "budget", "memory")).ablate == ("budget", "memory")
     with pytest.raises(ConfigError, match="--ablate: unknown part 'speed'"):
         make_config(**base, ablate=("speed",))
+
+
+def test_a_study_storage_url_with_a_password_is_refused(tmp_path):
+    base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
+    assert make_config(**base, study_storage="postgresql://ann@db:5432/optuna").study_storage
+    with pytest.raises(ConfigError, match="--study-storage: holds a password"):
+        make_config(**base, study_storage="postgresql://ann:secret@db:5432/optuna")

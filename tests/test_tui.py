@@ -182,7 +182,8 @@ def test_the_first_decision_wins_and_later_ones_are_refused(tmp_path):
     assert one.decision_for("p001-x") is None and len(list(one.decided.iterdir())) == 1
     for garbage in ('{"action": "explode"}', '[1]', '{"action": "edit", "hyperparameters": "lr=1"}', '{"act'):
         (one.decisions / "p002-y.json").write_text(garbage)  # garbage never stops the session
-        assert one.decision_for("p002-y") is None and not (one.decisions / "p002-y.json").exists()
+        assert two.decision_for("p002-y") is None and (one.decisions / "p002-y.json").exists()  # viewers only read
+        assert one.decision_for("p002-y", set_aside=True) is None and not (one.decisions / "p002-y.json").exists()
     assert "could not be read" in one.events.read_text()
 
 
@@ -201,6 +202,13 @@ def test_a_decision_sent_while_the_controller_was_away_is_used_once(tmp_path):
     assert gate.review(proposal, key).decided_by == "ann"
     gate.settle(key)
     assert channel.decision_for(key) is None  # acted on: never applied a second time
+    assert not channel.post_decision(key, Decision("reject", decided_by="late viewer"))
+    assert gate.key_for("p001-abc") == "p001-abc.0"
+    channel.post_decision("p001-abc.0", Decision("reject", decided_by="ann"))
+    channel.consume("p001-abc.0")
+    assert gate.key_for("p001-abc") == "p001-abc.1"  # the same stage proposed again is asked anew
+    gate.pending_key = "p002-new.0"  # a key pressed on a proposal shown before never lands on the next one
+    assert not gate.decide(Decision("approve"), "p001-abc.1") and gate.decisions.empty()
 
 
 def headless_session(fast_template, runs_dir, tracker, name, stages=1):

@@ -120,7 +120,10 @@ class GridProposer(ScheduleProposer):
         self.level = 0
 
     def draw(self, index: int) -> list[dict[str, Any]]:
-        while index > len(self.points) and (finer := self.space.refined_grid_points(self.level + 1)):
+        while index > len(self.points):
+            finer = [p for p in self.space.refined_grid_points(self.level + 1) if p not in self.points]
+            if not finer:
+                break  # nothing new at this resolution: the grid repeats (and the guard drops repeats)
             self.level += 1
             random.Random(f"grid:{self.seed}:{self.level}").shuffle(finer)
             self.points += finer

@@ -71,16 +71,19 @@ class TpeProposer(BaseProposer):
                 notes.append(f"kept below {limit.name}={limit.value:.3g} ({limit.evidence.split(';')[0]})")
         for attempt in range(MAX_RESAMPLES):
             trial = self.ask(ranges, fixed, tree, parent, attempt)
-            values = self.space.check(trial.params)
+            values, number = self.space.check(trial.params), trial.number
             if self.schedule_prior and node:
                 values, moved = lifted(self.space, parent_values, values, set(applied))
-                notes += [f"schedule prior: {', '.join(moved)}"] if moved else []
+                if moved:  # the values that run are not the trial's: the node is told as a trial of its own
+                    notes.append(f"schedule prior: {', '.join(moved)}")
+                    fail_trial(self.study, number)
+                    number = None
             twin = duplicate_of(tree, self.space, parent, values, commit)
             if twin is None:
                 rationale = "; ".join(["TPE sample", *notes])
-                return Proposal(parent=parent, hyperparameters=values, rationale=rationale, optuna_trial=trial.number)
+                return Proposal(parent=parent, hyperparameters=values, rationale=rationale, optuna_trial=number)
             trial.set_user_attr("duplicate_of", twin)
-            self.study.tell(trial.number, state=TrialState.FAIL)
+            fail_trial(self.study, trial.number)
             notes.append(f"resampled a near-duplicate of {twin}")
         values = self.uniform(ranges, fixed, tree)
         return Proposal(parent=parent, hyperparameters=values,
@@ -111,9 +114,10 @@ class TpeProposer(BaseProposer):
         record_node(self.study, self.space, tree, node)
 
     def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
-        fail_trial(self.study, proposal.optuna_trial)
         if reason is not None:  # rejected (an edit withdraws without a reason)
             self.rejected += 1
+        fail_trial(self.study, proposal.optuna_trial)
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         fail_orphan_trials(self.study, tree)
+        self.rejected = int(session_metrics.get("rejected_proposals", 0))  # the controller's count of them
