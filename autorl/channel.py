@@ -234,6 +234,9 @@ class ChannelObserver(Observer):
             self.channel.publish("tree", budget=self.budget.describe())
 
     def stage_started(self, node: Node, tree: Tree) -> None:
+        self.tree_changed(node, tree)
+
+    def tree_changed(self, node: Node, tree: Tree) -> None:
         self.channel.save_tree(tree)
         self.channel.publish("tree", node=node.id, budget=self.budget.describe() if self.budget else "")
 
@@ -244,51 +247,8 @@ class ChannelObserver(Observer):
         self.channel.publish("step", node=node.id, record=record)
 
     def stage_finished(self, node: Node, tree: Tree) -> None:
-        self.channel.save_tree(tree)
-        self.channel.publish("tree", node=node.id, budget=self.budget.describe() if self.budget else "")
+        self.tree_changed(node, tree)
 
     def session_finished(self, tree: Tree, status: str, reason: str) -> None:
         self.channel.save_tree(tree)
         self.channel.publish("session_finished", status=status, reason=reason)
-
-
-class Observers(Observer):
-    """Several observers heard as one (the live view or TUI here, the channel for viewers elsewhere)."""
-
-    def __init__(self, *observers: Observer):
-        self.observers = observers
-
-    def session_started(self, name: str, tree: Tree, budget) -> None:
-        for observer in self.observers:
-            observer.session_started(name, tree, budget)
-
-    def message(self, text: str) -> None:
-        for observer in self.observers:
-            observer.message(text)
-
-    def proposal_pending(self, proposal: Proposal, parent: Node | None, key: str | None = None) -> None:
-        for observer in self.observers:
-            observer.proposal_pending(proposal, parent, key)
-
-    def stage_started(self, node: Node, tree: Tree) -> None:
-        for observer in self.observers:
-            observer.stage_started(node, tree)
-
-    def stage_phase(self, node: Node, phase: str) -> None:
-        for observer in self.observers:
-            observer.stage_phase(node, phase)
-
-    def step(self, node: Node, record: dict) -> None:
-        for observer in self.observers:
-            observer.step(node, record)
-
-    def stage_finished(self, node: Node, tree: Tree) -> None:
-        for observer in self.observers:
-            observer.stage_finished(node, tree)
-
-    def session_finished(self, tree: Tree, status: str, reason: str) -> None:
-        for observer in self.observers:
-            observer.session_finished(tree, status, reason)
-
-    def find(self, kind: type) -> Observer | None:
-        return next((o for o in self.observers if isinstance(o, kind)), None)

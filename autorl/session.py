@@ -25,8 +25,8 @@ from autorl.errors import ConfigError, SessionError
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
-from autorl.channel import Channel, ChannelObserver, Observers
-from autorl.observer import Observer
+from autorl.channel import Channel, ChannelObserver
+from autorl.observer import Observer, Observers
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker

@@ -29,9 +29,9 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
 
-from autorl.channel import Channel, Observers
+from autorl.channel import Channel
 from autorl.controller import Controller
-from autorl.observer import Observer
+from autorl.observer import Observer, Observers
 from search.errors import ProposalError
 from search.proposers import Proposal
 from search.space import Param, SearchSpace

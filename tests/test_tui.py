@@ -219,16 +219,21 @@ def headless_session(fast_template, runs_dir, tracker, name, stages=1):
     return create_session(config, fast_template, tracker, observer=Observer(), gate=Gate("all", decided_by="nobody"))
 
 
-@pytest.mark.anyio
-async def test_an_attached_tui_approves_a_headless_sessions_proposal(fast_template, runs_dir, tracker):
+def attached_to_a_running_session(fast_template, runs_dir, tracker, name):
+    """A headless session running in a thread, and a TUI attached to it as another process would."""
     import threading
 
     from autorl.tui import attach_app
 
-    controller = headless_session(fast_template, runs_dir, tracker, "attached")
+    controller = headless_session(fast_template, runs_dir, tracker, name)
     runner = threading.Thread(target=controller.run, daemon=True)
     runner.start()
-    app = attach_app(controller.session_dir, "viewer")
+    return controller, runner, attach_app(controller.session_dir, "viewer")
+
+
+@pytest.mark.anyio
+async def test_an_attached_tui_approves_a_headless_sessions_proposal(fast_template, runs_dir, tracker):
+    controller, runner, app = attached_to_a_running_session(fast_template, runs_dir, tracker, "attached")
     async with app.run_test() as pilot:
         await until(pilot, lambda: app.pending is not None)
         await pilot.press("a")
@@ -242,14 +247,7 @@ async def test_an_attached_tui_approves_a_headless_sessions_proposal(fast_templa
 
 @pytest.mark.anyio
 async def test_an_attached_edit_is_validated_before_it_is_sent(fast_template, runs_dir, tracker):
-    import threading
-
-    from autorl.tui import attach_app
-
-    controller = headless_session(fast_template, runs_dir, tracker, "attached-edit")
-    runner = threading.Thread(target=controller.run, daemon=True)
-    runner.start()
-    app = attach_app(controller.session_dir, "viewer")
+    controller, runner, app = attached_to_a_running_session(fast_template, runs_dir, tracker, "attached-edit")
     async with app.run_test() as pilot:
         await until(pilot, lambda: app.pending is not None)
         await pilot.press("e")
