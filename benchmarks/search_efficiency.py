@@ -11,7 +11,7 @@ sessions back from MLflow (`autorl show --json`) and reports, per strategy:
 - stages needed to reach grid's median best validation score (best-so-far curve);
 - wall time per session.
 
-    .venv/bin/python benchmarks/search_efficiency.py              # full: 25 sessions, 1-1.5 h on 2 cores
+    .venv/bin/python benchmarks/search_efficiency.py              # full: 30 sessions; 8 stages ~20 min, 24 stages ~70 min on 2 cores
     .venv/bin/python benchmarks/search_efficiency.py --quick      # CI smoke: tiny, minutes
 
 Writes search_efficiency.{md,json,png} to --out (default benchmarks/results/).
