@@ -14,6 +14,7 @@ import dataclasses
 import queue
 import threading
 import time
+from typing import Callable
 
 from autorl.channel import POLL_S, Channel
 from search.proposers import Proposal
@@ -51,12 +52,15 @@ class Gate:
         if self.channel is not None:
             self.channel.set_pending(key, proposal, parent, diff, proposer)
 
-    def review(self, proposal: Proposal, key: str | None = None) -> Decision:
-        """Block until a decision arrives (or approve at once when nothing needs review)."""
+    def review(self, proposal: Proposal, key: str | None = None,
+               while_waiting: Callable[[], None] = lambda: None) -> Decision:
+        """Block until a decision arrives (or approve at once when nothing needs review);
+        ``while_waiting`` runs between polls (stages already running are recorded meanwhile)."""
         if not self.needs_review(proposal):
             return Decision(action="approve", decided_by="autorl (no review needed)")
         self.pending_key = key
         while True:
+            while_waiting()
             if self.stop_requested.is_set():  # not a decision on the proposal: nothing is recorded for it
                 return Decision(action="reject", reason="session stopped", decided_by=self.decided_by)
             if self.channel is not None and key is not None and \
@@ -85,10 +89,12 @@ class Gate:
         self.decisions.put(decision)
         return True
 
-    def wait_while_paused(self) -> None:
-        """Hold the next stage while this process or an attached viewer has paused the session."""
+    def wait_while_paused(self, while_waiting: Callable[[], None] = lambda: None) -> None:
+        """Hold the next stage while this process or an attached viewer has paused the session
+        (stages already running go on: ``while_waiting`` records them)."""
         while not self.stop_requested.is_set() and \
                 (not self.running.is_set() or (self.channel is not None and self.channel.paused)):
+            while_waiting()
             time.sleep(POLL_S)
 
     def pause(self) -> None:

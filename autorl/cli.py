@@ -85,6 +85,10 @@ def research(
     sandbox: str = option("sandbox", "--sandbox"),
     workers: str = option("workers", "--workers"),
     trial_memory: float = option("trial_memory_gb", "--trial-memory"),
+    parallel: int = option("parallel", "--parallel", "-j"),
+    executor: str = option("executor", "--executor"),
+    ray_address: Optional[str] = option("ray_address", "--ray-address", envvar="AUTORL_RAY_ADDRESS"),
+    trial_cpus: Optional[float] = option("trial_cpus", "--trial-cpus"),
     target: Optional[float] = option("target", "--target"),
     patience: Optional[int] = option("patience", "--patience"),
     gpus: str = option("gpus", "--gpus"),
@@ -118,7 +122,8 @@ def research(
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, ablate=tuple(ablate or ()),
-        sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory,
+        sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory, parallel=parallel, trial_cpus=trial_cpus,
+        executor=executor, ray_address=ray_address,
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
@@ -225,6 +230,8 @@ def resume(
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
     approve: Optional[str] = typer.Option(None, "--approve", help="none | edits | all: change the approval mode stored "
                                                                   "with the session [default: the stored one]."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", "-j", min=1, max=64,
+                                           help="Stages at once from now on [default: the stored number]."),
     wait: bool = typer.Option(False, "--wait", help="With --approve: run headless and wait for decisions from "
                                                     "`autorl tui NAME` (attached from another terminal)."),
 ):
@@ -239,7 +246,7 @@ def resume(
     check_approve(mode, stored=approve is None, wait=wait)
     needs_key = stored is not None and stored.strategy in ("llm", "hybrid")
     observer, gate = interface(mode, wait)
-    controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode,
+    controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode, parallel=parallel,
                                 api_key=read_api_key(llm_key_file) if needs_key else None)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")

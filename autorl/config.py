@@ -16,7 +16,7 @@ STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybri
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
 CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),
-           "sandbox": ("auto", "bwrap", "none")}
+           "sandbox": ("auto", "bwrap", "none"), "executor": ("local", "ray")}
 # parts of the tree search that can be switched off, to measure what each buys (benchmarks/search_ablation.py)
 SEARCH_PARTS = {
     "memory": "the memory of collapses (no stage anywhere near a learning rate that collapsed)",
@@ -90,6 +90,15 @@ class SessionConfig(BaseModel):
                          "(stored with the session; resume keeps it unless told otherwise).")
     workers: str = Field("warm", description="How trials start: warm (forked from a worker that imported the "
                          "training stack once; falls back to cold where it cannot) or cold (a fresh interpreter each).")
+    parallel: int = Field(1, ge=1, le=64, description="Stages that may train at once (one trial per GPU when the "
+                          "session has GPUs; tree, greedy, pbt, llm and hybrid use them, the flat schedules run one "
+                          "stage at a time).")
+    executor: str = Field("local", description="Where stages run: local (sandboxed processes here) or ray (one Ray "
+                          "job per stage on a cluster; the session folder must be on storage every node reaches).")
+    ray_address: str | None = Field(None, description="The Ray cluster's dashboard URL, e.g. http://head:8265 "
+                                    "[default: the Ray head on this machine, started if none answers].")
+    trial_cpus: float | None = Field(None, gt=0, description="CPUs of one trial (its cgroup quota and its threads) "
+                                     "[default: all with --parallel 1, else the machine's CPUs shared out].")
     gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
                                            "each running trial gets one.")
     runs_dir: Path
@@ -124,7 +133,7 @@ class SessionConfig(BaseModel):
             raise ValueError("must be a positive duration")
         return value
 
-    @field_validator("strategy", "approve", "workers", "sandbox")
+    @field_validator("strategy", "approve", "workers", "sandbox", "executor")
     @classmethod
     def _one_of_the_choices(cls, value: str, info) -> str:
         choices = CHOICES[info.field_name]
@@ -163,6 +172,12 @@ class SessionConfig(BaseModel):
             raise ValueError(f"--strategy {self.strategy} needs an LLM: pass --llm MODEL (and --llm-base-url URL)")
         return self
 
+    @model_validator(mode="after")
+    def _ray_address_needs_ray(self) -> "SessionConfig":
+        if self.ray_address and self.executor != "ray":
+            raise ValueError("--ray-address needs --executor ray")
+        return self
+
     @property
     def session_dir(self) -> Path:
         return self.runs_dir / "sessions" / self.name
@@ -174,7 +189,8 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
-    "schedule_prior": "--schedule-prior", "ablate": "--ablate", "study_storage": "--study-storage",
+    "schedule_prior": "--schedule-prior", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
+    "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
 }
 
 

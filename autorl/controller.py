@@ -4,6 +4,12 @@
       -> score checkpoint (frozen evaluator, validation split) -> record -> repeat
     at the end: score the best node and the base model on the test split.
 
+With ``--parallel N`` up to N stages train at once (``autorl/slots.py``): the loop
+proposes while a slot is free, and records each stage when it ends. The proposal and
+the recording stay on the controller's thread; a stage's training and scoring run in
+a worker thread. Stages with different ``train.py`` commits never overlap: the one
+working tree holds one ``train.py`` at a time.
+
 The controller owns no storage and no policy of its own: it is handed its proposer,
 policy, stage runner, evaluator and tracker, so tests pass real lightweight ones.
 """
@@ -15,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl import faults, records
+from autorl import faults, records, remote_stage
 from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import SessionConfig
@@ -29,21 +35,25 @@ from autorl.noise import paired_comparison
 from autorl.channel import proposal_key
 from autorl.observer import Observer
 from autorl.plots import plot_curves
+from autorl.ray_stages import RayStages
+from autorl.slots import Event, StageSlots
 from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageRunner
+from autorl.stage import StageOutcome, StageRunner, StageWork
+from autorl.channel import POLL_S
 from autorl.template import Template
 from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
 from search.policy import BestFirstPolicy
 from search.errors import ProposalError
-from search.proposers import Proposal, ProposalDropped, Proposer
+from search.proposers import Proposal, ProposalDeferred, ProposalDropped, Proposer
 from search.tree import Decision, Node, Status, Tree
 
 
 MAX_BREACHES_IN_A_ROW = 2
 MAX_DROPPED_IN_A_ROW = 5
 MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
+
 
 
 @dataclass
@@ -54,6 +64,7 @@ class Collaborators:
     runner: StageRunner
     proposer: Proposer
     policy: BestFirstPolicy | None  # None when the proposer chooses parents itself (flat and greedy baselines)
+    ray: RayStages | None = None  # --executor ray: stages train and score as jobs on a Ray cluster
 
 
 class Controller:
@@ -85,12 +96,19 @@ class Controller:
         self.breaches = 0  # stages in a row that failed because the template broke its contract
         self.status = "running"
         self.reason = ""
-        self.phase = ""  # of the running stage: starting, training, saving, evaluating
+        self.phases: dict[str, str] = {}  # of each running stage: starting, training, saving, evaluating
+        self.slots = StageSlots(self.slot_count())
+        self.checked_out: str | None = None  # the train.py commit the running stages use
         self.deferred = Deferred(self.observer.message)
         self.reward_scale = RewardScale(declared=template.reward_width)
         for node in self.tree.nodes.values():  # a resumed session knows the rewards it has seen
             self.reward_scale.learn(read_records(self.node_dir(node.id) / "metrics.jsonl"))
         self.productive = sum(productive_seconds(n.timing) for n in self.tree.nodes.values())
+
+    def slot_count(self) -> int:
+        """``--parallel``, but never more stages at once than GPUs when the session has GPUs."""
+        gpus = len(self.parts.runner.sandbox.gpus.gpus)
+        return min(self.config.parallel, gpus) if gpus and self.parts.ray is None else self.config.parallel
 
     @property
     def session_dir(self) -> Path:
@@ -101,6 +119,14 @@ class Controller:
     def run(self) -> Tree:
         self.observer.session_started(self.config.name, self.tree, self.budget)
         self.observer.message(self.parts.runner.sandbox.describe())
+        if self.parts.ray is not None:
+            self.observer.message(self.parts.ray.describe())
+        if self.config.parallel > 1:
+            cpus = self.parts.runner.sandbox.limits.cpus
+            self.observer.message(f"up to {self.slots.size} stages at once"
+                                  + (f" (one per GPU; --parallel {self.config.parallel})"
+                                     if self.slots.size < self.config.parallel else "")
+                                  + (f", {cpus:g} CPUs each" if cpus else ""))
         try:
             if self.tree.base_score is None:
                 self.score_base()
@@ -109,7 +135,12 @@ class Controller:
                 if full := self.disk_full():
                     self.finish("stopped", full)
                     return self.tree
-                self.step()
+                if self.slots.free == 0:
+                    self.handle_events(until_one_ends=True)
+                    continue
+                if (node := self.propose_next()) is not None:
+                    self.start(node)
+            self.handle_events(until_all_end=True)  # stages already paid for finish and are recorded
             if not any(n.status == Status.SUCCEEDED for n in self.tree.nodes.values()):
                 self.finish("failed", f"{reason}, and no stage succeeded: {self.last_failure()}", resumable=False)
                 return self.tree
@@ -131,13 +162,25 @@ class Controller:
 
     def step(self) -> Node | None:
         """Propose, train, score and record one stage (None when the proposal was dropped)."""
-        self.gate.wait_while_paused()
+        node = self.propose_next()
+        return self.launch(node) if node is not None else None
+
+    def propose_next(self) -> Node | None:
+        """The next stage, proposed, reviewed and charged to the budget, not yet started
+        (None when the proposal was dropped or rejected, or the proposer waits for a
+        running stage to end)."""
+        self.gate.wait_while_paused(while_waiting=self.handle_events)
         self.check_stop()
         budget = self.budget
         parent = self.parts.policy.select(self.tree, budget.max_stages - budget.spent_stages,
                                           budget.max_stages) if self.parts.policy else None
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
+        except ProposalDeferred as exc:
+            if not self.slots.running:
+                raise SearchExhausted(f"the proposer waits for a running stage, and none runs: {exc}") from exc
+            self.handle_events(until_one_ends=True)
+            return None
         except ProposalDropped as exc:
             self.observer.message(str(exc))
             self.log_usage()
@@ -152,7 +195,7 @@ class Controller:
             self.gate.publish(key, proposal, parent_node, self.proposal_diff(proposal, parent_node),
                               self.parts.proposer.name)
             self.observer.proposal_pending(proposal, parent_node, key)
-        decision = self.gate.review(proposal, key)
+        decision = self.gate.review(proposal, key, while_waiting=self.handle_events)
         self.check_stop()
         if decision.action == "reject":
             self.reject(proposal, decision)
@@ -169,25 +212,113 @@ class Controller:
         node = self.create_node(proposal, decision)
         self.gate.settle(key)
         self.budget.charge_stage()
-        return self.launch(node)
+        return node
 
     def proposal_diff(self, proposal: Proposal, parent: Node | None) -> str:
         return self.parts.workspace.diff_text(parent.commit if parent else None, proposal.train_py)
 
     def launch(self, node: Node, outcome: StageOutcome | None = None) -> Node:
-        """Train (unless ``outcome`` says it already did), score, diagnose and record a node."""
+        """Train (unless ``outcome`` says it already did), score, diagnose and record a node,
+        waiting for it to end."""
+        self.start(node, outcome)
+        while node.id in self.slots.running:
+            self.handle_events(until_one_ends=True)
+        return node
+
+    def start(self, node: Node, outcome: StageOutcome | None = None) -> None:
+        """Start a node's stage in a free slot; ``handle_events`` records it when it ends."""
+        if self.slots.running and node.commit != self.checked_out:
+            self.observer.message(f"{node.id} runs another train.py: waiting for the running stages to end")
+            self.handle_events(until_all_end=True)
         self.observer.stage_started(node, self.tree)
-        started_at = utc_now()
-        outcome = outcome or self.train(node)
+        node.timing = {"started_at": utc_now()}
+        spec = None
+        if outcome is None:
+            spec = self.stage_spec(node)
+            self.parts.workspace.checkout_train_script(node.commit)
+            self.checked_out = node.commit
+            self.set_phase(node, "starting")
+        self.slots.start(node.id, lambda: self.work(node.id, spec, outcome))
+
+    def handle_events(self, until_one_ends: bool = False, until_all_end: bool = False) -> None:
+        """Hear the running stages: their steps and phases, and record each one that ended.
+
+        Returns when nothing is waiting, or, with ``until_one_ends``, once a stage has been
+        recorded, or, with ``until_all_end``, once none runs."""
+        ended = False
+        while True:
+            if until_all_end and not self.slots.running:
+                return
+            if until_one_ends and (ended or not self.slots.running):
+                return
+            block = until_all_end or until_one_ends
+            event = self.slots.next_event(timeout=POLL_S if block else 0)
+            if event is None:
+                if not block:
+                    return
+                self.check_stop()
+                continue
+            ended = self.handle(event) or ended
+
+    def handle(self, event: Event) -> bool:
+        """Act on one event from a stage; True when it ended the stage."""
+        node = self.tree.nodes[event.node_id]
+        if event.kind == "step":
+            self.on_step(node, event.payload)
+        elif event.kind == "phase":
+            self.set_phase(node, event.payload)
+        else:
+            self.conclude(node, event.payload.result())  # a stage's internal error is raised here
+            return True
+        return False
+
+    def work(self, node_id: str, spec: TrialSpec | None, outcome: StageOutcome | None) -> StageWork:
+        """In a worker thread: train (unless done) and score on validation. Touches nothing
+        the controller's thread reads, and says what happened through the slots' queue."""
+        if self.parts.ray is not None and outcome is None:
+            return self.work_on_ray(node_id, spec)
+        if outcome is None:
+            outcome = self.parts.runner.run(spec, self.node_dir(node_id), on_step=lambda r: self.heard_step(node_id, r),
+                                            should_stop=self.stop_asked)
         faults.point("trained")
-        node.timing = {**outcome.timing, "started_at": started_at}
+        if not outcome.ok:
+            return StageWork(outcome)
+        self.slots.post("phase", node_id, "evaluating")
+        try:
+            return StageWork(outcome, self.evaluate(outcome.checkpoint, "validation", self.node_dir(node_id)))
+        except (FrozenFileError, CheckpointError, ContractError) as exc:
+            return StageWork(outcome, refusal=exc)
+
+    def work_on_ray(self, node_id: str, spec: TrialSpec) -> StageWork:
+        """The stage as a Ray job (submitted, or followed when it already runs: a resume)."""
+        sandbox = self.parts.runner.sandbox
+        task = remote_stage.task(self.parts.workspace.path, spec, self.session_dir / "frozen_hashes.json",
+                                 self.config.sandbox, sandbox.limits, self.template.path / "env")
+        work = self.parts.ray.run(node_id, self.tree.nodes[node_id].attempt, task, self.node_dir(node_id),
+                                  on_step=lambda r: self.heard_step(node_id, r), should_stop=self.stop_asked)
+        faults.point("trained")
+        return work or StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
+                                                           "node was lost); see the job's log"))
+
+    def stop_asked(self) -> bool:
+        return self.gate.stop_requested.is_set() or self.slots.stopping.is_set()
+
+    def heard_step(self, node_id: str, record: dict) -> None:
+        faults.point("mid_training")
+        self.slots.post("step", node_id, record)
+
+    def conclude(self, node: Node, work: StageWork) -> None:
+        """Record a stage that ended: its outcome and score, diagnosis, what the proposer learns."""
+        outcome = work.outcome
+        self.apply_outcome(node, outcome)
+        node.timing = {**outcome.timing, "started_at": node.timing.get("started_at", utc_now())}
         breach = outcome.breach
         if outcome.ok:
-            self.set_phase(node, "evaluating")
-            breach = self.score(node, outcome.checkpoint)
+            breach = self.apply_score(node, work)
         else:
             self.fail(node, outcome.reason)
         node.timing["ended_at"] = utc_now()
+        self.phases.pop(node.id, None)
         self.productive += productive_seconds(node.timing)
         faults.point("evaluated")
         self.diagnose(node, outcome)
@@ -197,7 +328,6 @@ class Controller:
         if node.frozen_violation:
             raise FrozenFileError(node.reason)
         self.count_breach(node, breach)
-        return node
 
     def count_breach(self, node: Node, breach: bool) -> None:
         """One broken contract fails its node; the same again in the next stage is the
@@ -249,6 +379,10 @@ class Controller:
         charging the budget a second time.
         """
         for node in [n for n in self.tree.nodes.values() if n.status in (Status.RUNNING, Status.INTERRUPTED)]:
+            if self.still_on_ray(node):
+                self.observer.message(f"{node.id}: its Ray job outlived the stop; following it")
+                self.start(node)
+                continue
             finished = self.parts.runner.finished_outcome(self.node_dir(node.id))
             if finished is not None:
                 self.observer.message(f"{node.id}: its stage had finished before the stop; scoring it")
@@ -269,6 +403,14 @@ class Controller:
                 self.session_run_id, self.config.name, node.id, records.node_tags(node), node.hyperparameters,
                 run_name=self.run_name(node))
             self.launch(node)
+
+    def still_on_ray(self, node: Node) -> bool:
+        """Whether the node's stage runs (or ran to its end) as a Ray job the stop did not end."""
+        if self.parts.ray is None:
+            return False
+        state = self.parts.ray.status(self.parts.ray.submission_id(node.id, node.attempt))
+        return state in ("PENDING", "RUNNING") or (
+            state == "SUCCEEDED" and (self.node_dir(node.id) / remote_stage.RESULT_FILE).is_file())
 
     def run_name(self, node: Node) -> str:
         """The node's MLflow run name: its path from the base model (``base › n001 › n004``)."""
@@ -335,9 +477,8 @@ class Controller:
             return self.template.base_model_dir(self.parts.workspace.path)
         return self.node_dir(node.parent) / "checkpoint"
 
-    def train(self, node: Node) -> StageOutcome:
+    def stage_spec(self, node: Node) -> TrialSpec:
         node_dir = self.node_dir(node.id)
-        self.parts.workspace.checkout_train_script(node.commit)
         spec = TrialSpec(
             node_id=node.id,
             init_checkpoint=str(self.init_checkpoint(node)),
@@ -349,22 +490,17 @@ class Controller:
             wall_seconds=self.budget.stage_wall_seconds(self.template.stage_wall_seconds),
         )
         node.planned_steps = spec.max_steps
-        self.set_phase(node, "starting")
-        outcome = self.parts.runner.run(spec, node_dir, on_step=lambda record: self.on_step(node, record),
-                                        should_stop=self.gate.stop_requested.is_set)
-        self.apply_outcome(node, outcome)
-        return outcome
+        return spec
 
     def on_step(self, node: Node, record: dict) -> None:
-        faults.point("mid_training")
         if TRAINED_KEY in record:
             self.set_phase(node, "saving")
-        elif self.phase == "starting":
+        elif self.phases.get(node.id) == "starting":
             self.set_phase(node, "training")
         self.observer.step(node, record)
 
     def set_phase(self, node: Node, phase: str) -> None:
-        self.phase = phase
+        self.phases[node.id] = phase
         self.observer.stage_phase(node, phase)
 
     def apply_outcome(self, node: Node, outcome: StageOutcome) -> None:
@@ -378,20 +514,16 @@ class Controller:
         rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
         node.train_reward = rewards[-1] if rewards else None
 
-    def score(self, node: Node, checkpoint: Path) -> bool:
-        """Score a trained node on validation; True when the evaluator broke its contract."""
-        try:
-            result = self.evaluate(checkpoint, "validation", self.node_dir(node.id))
-        except FrozenFileError as exc:
-            self.fail(node, str(exc))
+    def apply_score(self, node: Node, work: StageWork) -> bool:
+        """A trained node's validation score; True when the evaluator broke its contract."""
+        if isinstance(work.refusal, FrozenFileError):
+            self.fail(node, str(work.refusal))
             node.frozen_violation = True
             return False
-        except CheckpointError as exc:
-            self.fail(node, str(exc))
-            return False
-        except ContractError as exc:
-            self.fail(node, str(exc))
-            return True
+        if work.refusal is not None:
+            self.fail(node, str(work.refusal))
+            return isinstance(work.refusal, ContractError)
+        result = work.evaluation
         node.val_score, node.val_stderr, node.eval_engine = result.mean, result.stderr, result.engine
         node.eval_metrics = result.extra
         node.timing.update(eval_timing(result))
@@ -444,9 +576,10 @@ class Controller:
                             step=len(self.tree.nodes))
 
     def overhead(self) -> dict[str, float]:
-        """The share of the session's wall time not spent in GRPO steps or evaluation generation."""
-        elapsed = self.budget.elapsed
-        share = max(0.0, 1.0 - self.productive / elapsed) if elapsed > 0 else 0.0
+        """The share of the session's slot time (wall time × ``--parallel``) not spent in GRPO
+        steps or evaluation generation."""
+        capacity = self.budget.elapsed * self.slots.size
+        share = max(0.0, 1.0 - self.productive / capacity) if capacity > 0 else 0.0
         return {"productive_seconds": round(self.productive, 3), "overhead_share": round(share, 4)}
 
     def score_base(self) -> None:
@@ -486,6 +619,7 @@ class Controller:
 
     def finish(self, status: str, reason: str, resumable: bool = True) -> None:
         self.status, self.reason, self.resumable = status, reason, resumable
+        self.slots.close()  # running stages (a stop, a failure) kill their trials: resume trains them again
         self.deferred.drain()
         tracker = self.parts.tracker
         tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,

@@ -17,8 +17,12 @@ from autorl.tracking import Tracker
 
 
 def node_view(run) -> dict[str, Any]:
-    """A node as ``show --json`` prints it: the decoded record plus MLflow's own run status."""
-    return node_from_run(run).to_dict() | {"mlflow_status": run.info.status}
+    """A node as ``show --json`` prints it: the decoded record plus MLflow's own run status,
+    and when its stage started and ended (UTC), so stages run side by side can be checked."""
+    node = node_from_run(run).to_dict()
+    timing = node.get("timing") or {}
+    return node | {"mlflow_status": run.info.status, "started_at": timing.get("started_at"),
+                   "ended_at": timing.get("ended_at")}
 
 
 COUNTERS = ("near_duplicates", "known_failures_refused", "dropped_proposals", "rejected_proposals")

@@ -48,9 +48,11 @@ def stored_config(run) -> SessionConfig | None:
 
 
 def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = None, gate: Gate | None = None,
-                   api_key: str | None = None, approve: str | None = None) -> Controller | None:
+                   api_key: str | None = None, approve: str | None = None,
+                   parallel: int | None = None) -> Controller | None:
     """A controller that continues session ``name``; None when it had already finished.
-    ``approve`` changes the stored approval mode (and is stored in its place)."""
+    ``approve`` and ``parallel`` change the stored approval mode and stages at once (and
+    are stored in their place)."""
     run = tracker.find_session(name)
     if run is None:
         raise SessionError(f"no session named {name!r} in {tracker.uri}; `autorl ls` lists them")
@@ -58,8 +60,10 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     config = stored_config(run)
     if config is None:
         raise SessionError(f"session {name!r} was made by an older autorl and cannot be resumed")
-    if approve is not None and approve != config.approve:
-        config = config.model_copy(update={"approve": approve})
+    changes = {key: value for key, value in (("approve", approve), ("parallel", parallel))
+               if value is not None and value != getattr(config, key)}
+    if changes:
+        config = config.model_copy(update=changes)
         tracker.set_tags(run.info.run_id, {"autorl.config": config.model_dump_json()})
     lock = SessionLock(config.session_dir).acquire()
     (config.session_dir / CREATING).unlink(missing_ok=True)  # killed after its run existed: created enough

@@ -7,6 +7,7 @@ checked free, before anything is copied or launched.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -188,7 +189,16 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
 
 
 def trial_limits(config: SessionConfig) -> Limits:
-    return Limits(memory_bytes=int(config.trial_memory_gb * 2**30), pids=DEFAULT_LIMITS.pids)
+    return Limits(memory_bytes=int(config.trial_memory_gb * 2**30), pids=DEFAULT_LIMITS.pids,
+                  cpus=trial_cpus(config))
+
+
+def trial_cpus(config: SessionConfig) -> float | None:
+    """CPUs per trial: as asked, or with ``--parallel N`` the machine's shared out (trials
+    side by side that each spawn a thread per core would fight over them)."""
+    if config.trial_cpus is not None or config.parallel == 1:
+        return config.trial_cpus
+    return float(max(1, (os.cpu_count() or 1) // config.parallel))
 
 
 def make_sandbox(config: SessionConfig) -> Sandbox:
@@ -216,6 +226,13 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     pristine = template.path / "env"
     if config.workers == "warm":
         stores.sandbox.start_worker(worker_plan(config, template, stores.workspace.path))
+    ray = None
+    if config.executor == "ray":
+        from autorl.ray_stages import RayStages, cluster_gpus
+
+        ray = RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", cpus=trial_cpus(config) or 1.0,
+                        notify=observer.message)
+        ray.gpus = 1 if config.gpus != "none" and cluster_gpus(ray.address) else 0
     proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,
                              tracer=partial(stores.tracker.llm_span, stores.run_id, config.name))
     parts = Collaborators(
@@ -224,6 +241,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         evaluator=FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine),
         runner=StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine),
         proposer=proposer,
+        ray=ray,
         policy=None if proposer.chooses_parent else BestFirstPolicy(
             config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate),
     )

@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from autorl import faults
 from autorl.curves import read_records, training_steps
@@ -14,6 +14,9 @@ from autorl.frozen import FrozenGuard, run_guarded
 from autorl.spec import TrialSpec
 from autorl.timing import StageClock
 from sandbox import Mounts, RunResult, Sandbox, parse_footer, scrubbed_env
+
+if TYPE_CHECKING:
+    from autorl.evaluate import EvalResult
 
 
 class MetricsTail:
@@ -61,6 +64,16 @@ class StageOutcome:
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+
+@dataclass
+class StageWork:
+    """A stage's training outcome and, when it trained, its validation score or the reason
+    it could not be scored; what a worker thread (or a Ray job) hands back."""
+
+    outcome: StageOutcome
+    evaluation: EvalResult | None = None
+    refusal: Exception | None = None  # FrozenFileError, CheckpointError or ContractError from scoring
 
 
 def metrics_breach(records: list[dict], footer: dict[str, str]) -> str | None:

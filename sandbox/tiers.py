@@ -37,6 +37,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,9 @@ PR_SET_CHILD_SUBREAPER = 36
 DEFAULT_LIMITS = Limits(memory_bytes=8 * 2**30, pids=512)
 MAX_WORKER_LOSSES = 2
 GPU_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset", "/dev/nvidia-caps")
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch's intra-op threads follow OMP_NUM_THREADS
 
 
 @dataclass
@@ -92,6 +96,8 @@ class Sandbox:
         self.executor = LocalExecutor()
         self.worker: WarmWorker | None = None
         self.worker_losses = 0  # in a row; at MAX_WORKER_LOSSES runs start cold for the rest of the session
+        self.running = 0  # runs going now (several with --parallel)
+        self.running_lock = threading.Lock()
         if self.cgroups is None:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a trial become ours, so the sweep finds them
 
@@ -122,10 +128,11 @@ class Sandbox:
                 gpu: str | None = None) -> list[str]:
         return argv
 
-    @staticmethod
-    def trial_env(env: dict[str, str], gpu: str | None) -> dict[str, str]:
-        """The trial's environment with only its own GPU visible to CUDA (none: empty)."""
-        return {**env, "CUDA_VISIBLE_DEVICES": gpu or ""}
+    def trial_env(self, env: dict[str, str], gpu: str | None) -> dict[str, str]:
+        """The trial's environment with only its own GPU visible to CUDA (none: empty), and
+        as many compute threads as it has CPUs when its CPUs are limited."""
+        threads = {name: str(max(1, int(self.limits.cpus))) for name in THREAD_VARIABLES} if self.limits.cpus else {}
+        return {**env, **threads, "CUDA_VISIBLE_DEVICES": gpu or ""}
 
     # -- the warm worker --------------------------------------------------------------------
 
@@ -169,21 +176,34 @@ class Sandbox:
         if self.drop_uid and self.tier == "none":
             for path in mounts.writable:
                 os.chown(path, NOBODY, NOBODY)
+        with self.running_lock:
+            self.running += 1
         try:
             with self.gpus.lease() as gpu:
                 env = self.trial_env(env, gpu)
                 result = self._launch(argv, cwd, wall_seconds, env, mounts, gpu, cgroup, log_prefix, on_poll,
                                       on_retry)
             result.tier = self.tier
-            result.strays = cgroup.kill_all() if cgroup else sweep_orphans()
+            result.strays = cgroup.kill_all() if cgroup else self._sweep()
             if cgroup:
                 result.peak_memory_bytes = cgroup.peak_memory_bytes()
                 result.oom_killed = cgroup.oom_killed()
                 result.memory_limit_bytes = self.limits.memory_bytes
         finally:
+            with self.running_lock:
+                self.running -= 1
             if cgroup:
                 cgroup.remove()
         return result
+
+    def _sweep(self) -> int:
+        """Without cgroups: kill what was re-parented to us, but never a run still going
+        beside this one (``--parallel``: the sweep waits for the last) nor the warm worker."""
+        with self.running_lock:
+            if self.running > 1:
+                return 0
+        keep = {self.worker.process.pid} if self.worker is not None and self.worker.process is not None else set()
+        return sweep_orphans(keep)
 
     def _launch(self, argv, cwd, wall_seconds, env, mounts, gpu, cgroup, log_prefix, on_poll, on_retry) -> RunResult:
         lost = None
@@ -301,8 +321,9 @@ class BwrapSandbox(Sandbox):
         return args + ["--", *argv]
 
 
-def sweep_orphans() -> int:
-    """Kill and reap processes that were re-parented to us (we are a subreaper in tier D)."""
+def sweep_orphans(keep: set[int] = frozenset()) -> int:
+    """Kill and reap processes that were re-parented to us (we are a subreaper in tier D),
+    but not those in ``keep``."""
     me, killed = os.getpid(), 0
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -311,7 +332,7 @@ def sweep_orphans() -> int:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[1]) == me and int(entry.name) != me:
+        if int(fields[1]) == me and int(entry.name) != me and int(entry.name) not in keep:
             try:
                 os.kill(int(entry.name), signal.SIGKILL)
                 os.waitpid(int(entry.name), 0)

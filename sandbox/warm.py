@@ -18,6 +18,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,8 @@ class WarmWorker:
         self.stamp: tuple = ()
         self.log_path = plan.home / "worker.log"
         self.starts = 0
+        self.lock = threading.Lock()  # one request on the control socket at a time
+        self.active = 0  # runs forked and not yet ended
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -166,24 +169,9 @@ class WarmWorker:
         ``on_started`` gets the run's host PID before it may start (the cgroup is joined
         there). Raises WorkerLost when the worker, not the run, failed.
         """
-        if not self.alive() or self.stale():
-            self.start()
-        self.wait_ready()
         started = time.monotonic()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            try:
-                zygote.send(self.control, self._request(argv, cwd, env, mounts, gpu, all_gpus),
-                            [theirs.fileno(), out.fileno(), err.fileno()])
-            except OSError as exc:
-                raise WorkerLost(f"control socket: {exc}") from exc
-            finally:
-                theirs.close()
+        ours = self._fork(argv, cwd, env, mounts, gpu, all_gpus, stdout_path, stderr_path)
         try:
-            reply, _ = self._receive(self.control, REPLY_SECONDS)
-            if not reply or "forked" not in reply:
-                raise WorkerLost(f"no fork: {reply or self._log_tail()}")
             hello, monitor_pid = self._receive(ours, REPLY_SECONDS)
             if not hello or not hello.get("ready") or monitor_pid is None:
                 raise WorkerLost(f"run did not start: {hello}")
@@ -194,11 +182,41 @@ class WarmWorker:
         except BaseException:
             ours.close()
             raise
+        finally:
+            with self.lock:
+                self.active -= 1
         ours.close()
         result = RunResult(returncode, timed_out, time.monotonic() - started, stdout_path, stderr_path,
                            parse_footer(stdout_path.read_text(errors="replace")))
         result.strays, result.worker = strays, "warm"
         return result
+
+    def _fork(self, argv, cwd, env, mounts, gpu, all_gpus, stdout_path: Path, stderr_path: Path) -> socket.socket:
+        """Ask the worker for one run and return the run's own channel. Runs side by side
+        (``--parallel``) share the control socket, so a request and its reply go as one; a
+        stale worker is replaced only when none of its runs is still going (replacing it
+        would kill them)."""
+        with self.lock:
+            if not self.alive() or (self.stale() and not self.active):
+                self.start()
+            self.wait_ready()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
+                try:
+                    zygote.send(self.control, self._request(argv, cwd, env, mounts, gpu, all_gpus),
+                                [theirs.fileno(), out.fileno(), err.fileno()])
+                except OSError as exc:
+                    ours.close()
+                    raise WorkerLost(f"control socket: {exc}") from exc
+                finally:
+                    theirs.close()
+            reply, _ = self._receive(self.control, REPLY_SECONDS)
+            if not reply or "forked" not in reply:
+                ours.close()
+                raise WorkerLost(f"no fork: {reply or self._log_tail()}")
+            self.active += 1
+            return ours
 
     def _request(self, argv, cwd, env, mounts, gpu, all_gpus) -> dict:
         resolve = lambda paths: [str(Path(p).resolve()) for p in paths]  # noqa: E731

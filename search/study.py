@@ -33,7 +33,7 @@ def open_storage(runs_dir: Path, url: str | None = None):
 def open_study(runs_dir: Path, session: str, seed: int, url: str | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(runs_dir, url)
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS)
+    sampler = tpe_sampler(seed)
     return optuna.create_study(
         study_name=session, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True
     )
@@ -47,7 +47,14 @@ def reseed(study: optuna.Study, seed: int, *keys: int) -> None:
     uninterrupted one would have.
     """
     mixed = hash((seed, *keys)) & 0x7FFFFFFF  # ints hash to themselves: stable across processes
-    study.sampler = optuna.samplers.TPESampler(seed=mixed, n_startup_trials=N_STARTUP_TRIALS)
+    study.sampler = tpe_sampler(mixed)
+
+
+def tpe_sampler(seed: int) -> optuna.samplers.TPESampler:
+    """TPE with the constant liar: a trial still running (a stage training beside this one,
+    with ``--parallel``) counts as a poor result, so parallel asks spread out instead of
+    piling onto the same region. With nothing running it samples as plain TPE."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=N_STARTUP_TRIALS, constant_liar=True)
 
 
 def fail_trial(study: optuna.Study, number: int | None) -> None:

@@ -1,6 +1,6 @@
 """Proposers decide what the next stage trains: where it starts, its values, any edit."""
 
-from search.proposers.base import BaseProposer, Proposal, ProposalDropped, Proposer
+from search.proposers.base import BaseProposer, Proposal, ProposalDeferred, ProposalDropped, Proposer
 from search.proposers.guard import Guarded
 from search.proposers.greedy import GreedyProposer
 from search.proposers.llm import LLMProposer
@@ -9,4 +9,4 @@ from search.proposers.schedules import FlatTpeProposer, GridProposer, RandomSche
 from search.proposers.tpe import TpeProposer
 
 __all__ = ["BaseProposer", "Guarded", "PbtProposer", "FlatTpeProposer", "GreedyProposer", "GridProposer", "LLMProposer", "Proposal",
-           "ProposalDropped", "Proposer", "RandomScheduleProposer", "TpeProposer"]
+           "ProposalDeferred", "ProposalDropped", "Proposer", "RandomScheduleProposer", "TpeProposer"]

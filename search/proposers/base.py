@@ -14,6 +14,11 @@ class ProposalDropped(Exception):
     """A proposal stayed invalid after its repairs: no node is created for it."""
 
 
+class ProposalDeferred(Exception):
+    """Nothing can be proposed until a running stage ends (e.g. PBT's next round needs the
+    scores of this one); the controller waits for one and asks again."""
+
+
 class Proposal(BaseModel):
     """The next stage: where it starts and what it trains with."""
 

@@ -10,6 +10,8 @@ exactly as any strategy's.
 The state is never kept, only replayed: member ``i % size`` runs the ``i``-th PBT node
 of the tree in round ``i // size``, and every exploit decision follows from the scores of
 finished rounds and the seed. A resumed session therefore continues where it stopped.
+With ``--parallel`` a round's members train side by side (synchronous PBT): the next
+round waits until every stage of this one has been scored.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from search.proposers.base import BaseProposer, Proposal
+from search.proposers.base import BaseProposer, Proposal, ProposalDeferred
 from search.space import SearchSpace
-from search.tree import Node, Tree
+from search.tree import Node, Status, Tree
+
+RUNNING = (Status.PENDING, Status.RUNNING, Status.INTERRUPTED)
 
 
 @dataclass
@@ -44,6 +48,9 @@ class PbtProposer(BaseProposer):
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
         ran = self.population_nodes(tree)
         round_, index = divmod(len(ran), self.size)
+        unfinished = [n.id for n in ran[(round_ - 1) * self.size:] if n.status in RUNNING] if round_ else []
+        if unfinished:  # exploit needs every score of the round before (stages of one round run side by side)
+            raise ProposalDeferred(f"PBT round {round_ + 1} waits for round {round_}: {', '.join(unfinished)} running")
         member = self.members(tree, ran, round_)[index]
         values = member.values
         if self.redraws:

@@ -3,7 +3,8 @@
 A schedule is a list of stages from the base model; its stages run one after another,
 each continuing from the previous one's checkpoint. Every stage is still scored, so a
 schedule of three stages is also judged after one and two. A failed stage ends its
-schedule. The strategies differ only in how a schedule is drawn:
+schedule. Its stages run one at a time, also with ``--parallel`` (each needs the
+checkpoint of the one before). The strategies differ only in how a schedule is drawn:
 
 - ``grid``: the space's grid points (``grid = [...]`` in space.toml), each held constant
   for ``max_depth`` stages, in an order shuffled by the seed; a budget larger than the
@@ -22,7 +23,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from search.proposers.base import BaseProposer, Proposal
+from search.proposers.base import BaseProposer, Proposal, ProposalDeferred
 from search.study import fail_trial, reseed
 from search.space import Param, SearchSpace
 from search.tree import Node, Tree
@@ -46,6 +47,7 @@ class ScheduleProposer(BaseProposer, ABC):
         self.tip: str | None = None  # last node of the current schedule
         self.count = 0  # schedules started
         self.length = 0
+        self.awaiting = False  # a stage proposed and not yet observed (or withdrawn)
 
     @abstractmethod
     def draw(self, index: int) -> list[dict[str, Any]]:
@@ -62,6 +64,9 @@ class ScheduleProposer(BaseProposer, ABC):
         """Hook: the current schedule ended with ``last`` (its final or its failed stage)."""
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        if self.awaiting:  # each stage continues from the one before: one at a time, also with --parallel
+            raise ProposalDeferred(f"{self.name} schedule {self.count} waits for its stage to end")
+        self.awaiting = True
         if not self.pending:
             self.count += 1
             self.pending, self.tip = self.draw(self.count), None
@@ -75,9 +80,13 @@ class ScheduleProposer(BaseProposer, ABC):
     def trial_number(self) -> int | None:
         return None
 
+    def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        self.awaiting = False
+
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
         """The stage already exists as ``twin``: the schedule continues from it (or ends
         there, when it was its last stage or failed)."""
+        self.awaiting = False
         if twin.scored and self.pending:
             self.tip = twin.id
             return
@@ -85,6 +94,7 @@ class ScheduleProposer(BaseProposer, ABC):
         self.finished(tree, twin)
 
     def observe(self, tree: Tree, node: Node) -> None:
+        self.awaiting = False
         if node.scored and self.pending:
             self.tip = node.id
             return
@@ -176,6 +186,7 @@ class FlatTpeProposer(ScheduleProposer):
         return self.trial
 
     def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
+        super().withdraw(proposal, reason)
         fail_trial(self.study, proposal.optuna_trial)  # the schedule's trial: it no longer runs as drawn
 
     def schedule_of(self, index: int) -> list[dict[str, Any]] | None:

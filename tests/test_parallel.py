@@ -1,0 +1,107 @@
+"""Stages side by side (--parallel N): they overlap, every one is recorded, and the search
+handles nodes still training (no stall, no repeat, PBT and schedules wait for what they need)."""
+
+import json
+from datetime import datetime
+
+import pytest
+
+from autorl.slots import StageSlots
+from search.proposers import GridProposer, PbtProposer, ProposalDeferred
+from search.space import Param, SearchSpace
+from search.study import tpe_sampler
+from search.tree import Node, Status, Tree
+from conftest import make_template, run_cli
+
+SPACE = SearchSpace([
+    Param(name="learning_rate", type="float", low=1e-6, high=1e-3, log=True, default=1e-5),
+    Param(name="beta", type="float", low=0.0, high=0.1, default=0.04, grid=[0.0, 0.04]),
+])
+
+
+def node(id_, parent=None, status=Status.SUCCEEDED, score=0.5, proposer="pbt", **values):
+    return Node(id=id_, parent=parent, depth=1, hyperparameters=values or SPACE.defaults(), seed=0,
+                proposer=proposer, status=status, val_score=score if status == Status.SUCCEEDED else None,
+                val_stderr=0.01)
+
+
+def intervals(data: dict) -> list[tuple[datetime, datetime]]:
+    return [(datetime.fromisoformat(n["started_at"]), datetime.fromisoformat(n["ended_at"])) for n in data["nodes"]]
+
+
+def most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
+    edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = peak = 0
+    for _, change in edges:
+        running += change
+        peak = max(peak, running)
+    return peak
+
+
+def test_pbt_waits_for_the_round_before_to_be_scored():
+    pbt, tree = PbtProposer(SPACE, size=2, seed=1), Tree()
+    tree.add(node("n001"))
+    tree.add(node("n002", status=Status.RUNNING))
+    with pytest.raises(ProposalDeferred, match="round 2 waits for round 1: n002"):
+        pbt.propose(tree, None)
+    tree.nodes["n002"].status, tree.nodes["n002"].val_score = Status.SUCCEEDED, 0.6
+    assert pbt.propose(tree, None).parent in {"n001", "n002"}
+
+
+def test_pbt_members_of_one_round_are_proposed_while_others_run():
+    pbt, tree = PbtProposer(SPACE, size=4, seed=1), Tree()
+    tree.add(node("n001", status=Status.RUNNING))
+    assert pbt.propose(tree, None).parent is None  # member 2 of round 1 needs nothing from member 1
+
+
+def test_a_schedule_waits_for_its_previous_stage():
+    grid, tree = GridProposer(SPACE, max_depth=2, seed=0), Tree()
+    first = grid.propose(tree, None)
+    with pytest.raises(ProposalDeferred, match="waits for its stage"):
+        grid.propose(tree, None)
+    tree.add(node("n001", proposer="grid", **first.hyperparameters))
+    grid.observe(tree, tree.nodes["n001"])
+    assert grid.propose(tree, None).parent == "n001"
+
+
+def test_tpe_counts_a_running_trial_as_a_poor_one():
+    assert tpe_sampler(0)._constant_liar
+
+
+def test_slots_hand_back_steps_and_results_in_order():
+    slots = StageSlots(2)
+    slots.start("n001", lambda: (slots.post("step", "n001", {"step": 1}), "done")[1])
+    first = slots.next_event(timeout=5)
+    assert (first.kind, first.node_id, first.payload) == ("step", "n001", {"step": 1})
+    done = slots.next_event(timeout=5)
+    assert done.kind == "done" and done.payload.result() == "done" and slots.free == 2
+    slots.close()
+
+
+@pytest.mark.slow
+def test_a_parallel_session_overlaps_its_stages_and_records_every_one(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
+    done = run_cli("research", "side by side", "--template", str(template), "--stages", "5", "--parallel", "2",
+                   "--name", "par", "--seed", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "up to 2 stages at once" in done.stdout
+    data = json.loads(run_cli("show", "par", "--json").stdout)
+    assert data["status"] == "finished" and data["stages_spent"] == 5
+    assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 5
+    assert most_at_once(intervals(data)) == 2  # side by side, never more than asked
+    assert len({json.dumps(n["hyperparameters"], sort_keys=True) for n in data["nodes"]}) == 5
+    assert all(n["mlflow_status"] == "FINISHED" for n in data["nodes"])
+
+
+@pytest.mark.slow
+def test_a_parallel_session_killed_mid_stage_resumes_both_running_stages(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
+    killed = run_cli("research", "side by side", "--template", str(template), "--stages", "4", "--parallel", "2",
+                     "--name", "par", env={"AUTORL_FAULT": "mid_training:4"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    resumed = run_cli("resume", "par")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    data = json.loads(run_cli("show", "par", "--json").stdout)
+    assert data["status"] == "finished" and data["stages_spent"] == 4
+    assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 4
+    assert sum(n["attempt"] == 2 for n in data["nodes"]) == 2  # the two cut short were trained again, once
