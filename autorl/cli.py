@@ -448,25 +448,39 @@ def server_up(
     runs_dir: Optional[Path] = RunsDir,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow server (loopback)."),
     pg_port: int = typer.Option(5433, "--pg-port", help="Port of PostgreSQL (loopback)."),
+    ray: bool = typer.Option(False, "--ray", help="Also start a Ray head on this machine (loopback) for --executor ray."),
+    ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", help="CPUs the Ray head offers [default: all]."),
 ):
-    """Start PostgreSQL and an MLflow server on it (or say the pair is already up)."""
+    """Start PostgreSQL and an MLflow server on it (or say the pair is already up), and a Ray head with --ray."""
     from autorl import server
 
     info = server.up(server_folder(folder, runs_dir), pg_port=pg_port, mlflow_port=port)
     console.print(f"tracking server {info.tracking_uri} on PostgreSQL {info.database_uri} (data in {info.folder})",
                   highlight=False)
-    console.print(f"use it:  autorl research TOPIC --tracking-uri {info.tracking_uri} --study-storage {info.database_uri}",
-                  highlight=False)
+    use = f"autorl research TOPIC --tracking-uri {info.tracking_uri} --study-storage {info.database_uri}"
+    if ray:
+        from autorl.ray_stages import start_local_head
+
+        console.print(f"Ray head {start_local_head(cpus=ray_cpus)} (stop it with `autorl server down --ray`)",
+                      highlight=False)
+        use += " --executor ray --parallel N"
+    console.print(f"use it:  {use}", highlight=False)
 
 
 @server_app.command("down")
 @cli_errors
-def server_down(folder: Optional[Path] = ServerDir, runs_dir: Optional[Path] = RunsDir):
-    """Stop the pair (its data stays; `up` starts it again)."""
+def server_down(folder: Optional[Path] = ServerDir, runs_dir: Optional[Path] = RunsDir,
+                ray: bool = typer.Option(False, "--ray", help="Also stop the Ray head on this machine.")):
+    """Stop the pair (its data stays; `up` starts it again), and the local Ray head with --ray."""
     from autorl import server
 
     info = server.down(server_folder(folder, runs_dir))
     console.print("stopped" if info else "no server pair was started there", highlight=False)
+    if ray:
+        from autorl.ray_stages import stop_local_head
+
+        stop_local_head()
+        console.print("Ray head stopped", highlight=False)
 
 
 @server_app.command("status")

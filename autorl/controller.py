@@ -380,7 +380,8 @@ class Controller:
         """
         for node in [n for n in self.tree.nodes.values() if n.status in (Status.RUNNING, Status.INTERRUPTED)]:
             if self.still_on_ray(node):
-                self.observer.message(f"{node.id}: its Ray job outlived the stop; following it")
+                job = self.parts.ray.submission_id(node.id, node.attempt)
+                self.observer.message(f"{node.id}: its Ray job {job} outlived the stop; following it")
                 self.start(node)
                 continue
             finished = self.parts.runner.finished_outcome(self.node_dir(node.id))

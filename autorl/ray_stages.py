@@ -137,8 +137,6 @@ class RayStages:
         job = RayJob(self.submission_id(node_id, attempt), node_dir)
         if self.status(job.submission_id) is None:
             self.submit(job, task)
-        else:
-            self.notify(f"{node_id}: following Ray job {job.submission_id}, still on the cluster")
         return self.follow(job, on_step, should_stop)
 
     def submit(self, job: RayJob, task: dict) -> None:

@@ -1,0 +1,80 @@
+"""Stages as Ray jobs on a real local Ray head (--executor ray): side by side, followed again
+after the controller is killed (not retrained), stopped by Ctrl-C. Fast stand-in stages."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from autorl.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head
+from conftest import AUTORL, REPO, make_template, run_cli
+from test_parallel import intervals, most_at_once
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """The Ray head on this machine: one that already answers, else one started (and stopped) here."""
+    started = not answers(LOCAL_ADDRESS)
+    address = start_local_head(cpus=2)
+    yield address
+    if started:
+        stop_local_head()
+
+
+@pytest.fixture(scope="module")
+def slow_template(tmp_path_factory):
+    return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="slow_copy_train.py",
+                         evaluate_py="fast_evaluate.py")
+
+
+def job_states(session_key_part: str) -> dict[str, str]:
+    from ray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(LOCAL_ADDRESS)
+    return {job.submission_id: str(job.status.value) for job in client.list_jobs()
+            if job.submission_id and session_key_part in job.submission_id}
+
+
+def test_a_parallel_session_runs_its_stages_as_ray_jobs(ray_head, slow_template, runs_dir):
+    done = run_cli("research", "on ray", "--template", str(slow_template), "--stages", "3", "--parallel", "2",
+                   "--executor", "ray", "--name", "onray", env=RAY_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"stages run as Ray jobs on {ray_head}" in done.stdout
+    data = json.loads(run_cli("show", "onray", "--json").stdout)
+    assert data["status"] == "finished" and [n["status"] for n in data["nodes"]] == ["succeeded"] * 3
+    assert most_at_once(intervals(data)) == 2
+    states = job_states("-onray-")
+    assert len(states) == 3 and set(states.values()) == {"SUCCEEDED"}
+
+
+def test_a_killed_controller_follows_its_running_ray_jobs_on_resume(ray_head, slow_template, runs_dir):
+    killed = run_cli("research", "on ray", "--template", str(slow_template), "--stages", "3", "--parallel", "2",
+                     "--executor", "ray", "--name", "rayk", env={**RAY_ENV, "AUTORL_FAULT": "mid_training:2"})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    resumed = run_cli("resume", "rayk", env=RAY_ENV)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.stdout.count("outlived the stop; following it") == 2
+    data = json.loads(run_cli("show", "rayk", "--json").stdout)
+    assert data["status"] == "finished" and [n["status"] for n in data["nodes"]] == ["succeeded"] * 3
+    assert [n["attempt"] for n in data["nodes"]] == [1, 1, 1]  # followed, not trained again
+    assert len(job_states("-rayk-")) == 3  # one job per node: none was submitted twice
+
+
+def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, slow_template, runs_dir, tmp_path):
+    process = subprocess.Popen([*AUTORL, "research", "on ray", "--template", str(slow_template), "--stages", "9",
+                                "--executor", "ray", "--name", "rayc"], cwd=REPO, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, **RAY_ENV})
+    deadline = time.monotonic() + 120
+    while not (runs_dir / "sessions" / "rayc" / "nodes" / "n001" / "metrics.jsonl").exists():
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, out + err
+    assert set(job_states("-rayc-").values()) == {"STOPPED"}
