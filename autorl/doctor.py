@@ -86,8 +86,18 @@ def tracking_check(runs_dir: Path | None, tracking_uri: str | None) -> Check:
     return "tracking store", True, f"{tracker.uri} ({len(tracker.sessions())} sessions; {free:.1f} GiB free in {runs})"
 
 
+def ray_check() -> Check:
+    """Whether --executor ray (without --ray-address) finds a Ray head on this machine."""
+    from autorl.ray_stages import LOCAL_ADDRESS, answers
+
+    if answers(LOCAL_ADDRESS):
+        return "Ray", True, f"a head answers at {LOCAL_ADDRESS} (--executor ray uses it)"
+    return "Ray", None, "no head on this machine; --executor ray starts one (or `autorl server up --ray`)"
+
+
 def checks(sandbox: str, llm_base_url: str | None, runs_dir: Path | None, tracking_uri: str | None) -> Iterator[Check]:
     yield from sandbox_checks(sandbox)
     yield from gpu_checks()
     yield llm_check(llm_base_url)
     yield tracking_check(runs_dir, tracking_uri)
+    yield ray_check()

@@ -105,3 +105,36 @@ def test_a_parallel_session_killed_mid_stage_resumes_both_running_stages(tmp_pat
     assert data["status"] == "finished" and data["stages_spent"] == 4
     assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 4
     assert sum(n["attempt"] == 2 for n in data["nodes"]) == 2  # the two cut short were trained again, once
+
+
+def test_a_stage_result_survives_the_trip_through_its_file(tmp_path):
+    from autorl.errors import ContractError
+    from autorl.evaluate import EvalResult
+    from autorl.remote_stage import decode, encode
+    from autorl.stage import StageOutcome, StageWork
+    from sandbox import RunResult
+
+    run = RunResult(0, False, 3.5, tmp_path / "stdout.log", tmp_path / "stderr.log", {"status": "ok"}, tier="bwrap")
+    outcome = StageOutcome(run, [{"step": 1}], tmp_path / "checkpoint", None, {"steps_s": 2.0})
+    scored = StageWork(outcome, EvalResult("validation", 0.5, 0.01, 100, 1.0, 1.2, tmp_path / "eval.json"))
+    back = decode(json.loads(json.dumps(encode(scored))), [{"step": 1}])
+    assert back.evaluation == scored.evaluation and back.outcome.result == run
+    assert back.outcome.checkpoint == outcome.checkpoint and back.outcome.timing == {"steps_s": 2.0}
+    refused = decode(json.loads(json.dumps(encode(StageWork(outcome, refusal=ContractError("no output"))))), [])
+    assert isinstance(refused.refusal, ContractError) and str(refused.refusal) == "no output"
+
+
+def test_trials_side_by_side_get_their_share_of_the_cpus(tmp_path):
+    from autorl.config import make_config
+    from autorl.errors import ConfigError
+    from autorl.session import trial_cpus
+    from sandbox import Limits, Sandbox
+
+    base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
+    assert trial_cpus(make_config(**base)) is None  # one at a time: all of them
+    assert trial_cpus(make_config(**base, parallel=2, trial_cpus=3)) == 3
+    assert trial_cpus(make_config(**base, parallel=64)) == 1
+    env = Sandbox(Limits(cpus=2)).trial_env({}, None)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2"
+    with pytest.raises(ConfigError, match="--ray-address needs --executor ray"):
+        make_config(**base, ray_address="http://head:8265")
