@@ -44,6 +44,7 @@ from autorl.template import Template
 from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
+from autorl.workers import worker_plan
 from search.policy import BestFirstPolicy
 from search.errors import ProposalError
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped, Proposer
@@ -292,8 +293,12 @@ class Controller:
     def work_on_ray(self, node_id: str, spec: TrialSpec) -> StageWork:
         """The stage as a Ray job (submitted, or followed when it already runs: a resume)."""
         sandbox = self.parts.runner.sandbox
+        plan = None
+        if self.config.workers == "warm":
+            plan = worker_plan(self.config, self.template, self.parts.workspace.path)
+            plan.home = self.node_dir(node_id) / "worker"  # the job's own worker, not the controller's
         task = remote_stage.task(self.parts.workspace.path, spec, self.session_dir / "frozen_hashes.json",
-                                 self.config.sandbox, sandbox.limits, self.template.path / "env")
+                                 self.config.sandbox, sandbox.limits, self.template.path / "env", plan)
         work = self.parts.ray.run(node_id, self.tree.nodes[node_id].attempt, task, self.node_dir(node_id),
                                   on_step=lambda r: self.heard_step(node_id, r), should_stop=self.stop_asked)
         faults.point("trained")

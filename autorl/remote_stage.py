@@ -1,7 +1,8 @@
 """One stage on a cluster node: train, then score on validation, as the local controller would.
 
 ``python -m autorl.remote_stage TASK.json`` is what a Ray job runs (``autorl/ray_stages.py``).
-It uses the strongest sandbox tier the node supports, checks the frozen files against the
+It uses the strongest sandbox tier the node supports (and, unless the session said
+``--workers cold``, one warm worker for the job's two runs), checks the frozen files against the
 hashes the session recorded when it started (not against what it finds on the node), and
 writes everything to the node's folder, which the controller reads over shared storage:
 metrics.jsonl while training (the controller tails it), then ``stage_result.json``.
@@ -20,7 +21,7 @@ from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.spec import TrialSpec
 from autorl.stage import StageOutcome, StageRunner, StageWork
-from sandbox import Limits, RunResult, choose_sandbox
+from sandbox import Limits, RunResult, WorkerPlan, choose_sandbox
 
 RESULT_FILE = "stage_result.json"
 TASK_FILE = "ray_task.json"
@@ -28,11 +29,18 @@ REFUSALS = {cls.__name__: cls for cls in (FrozenFileError, CheckpointError, Cont
 
 
 def task(workspace: Path, spec: TrialSpec, frozen_hashes: Path, sandbox: str, limits: Limits,
-         pristine_env: Path | None) -> dict:
-    """What a node needs to run one stage; every path must be reachable from the node."""
+         pristine_env: Path | None, plan: WorkerPlan | None) -> dict:
+    """What a node needs to run one stage; every path must be reachable from the node.
+    With a worker ``plan`` the job imports the training stack once for both of its runs."""
     return {"workspace": str(workspace), "spec": spec.model_dump(mode="json"), "frozen_hashes": str(frozen_hashes),
             "sandbox": sandbox, "limits": dataclasses.asdict(limits),
-            "pristine_env": str(pristine_env) if pristine_env else None}
+            "pristine_env": str(pristine_env) if pristine_env else None,
+            "worker_plan": json.loads(json.dumps(dataclasses.asdict(plan), default=str)) if plan else None}
+
+
+def plan_from(data: dict) -> WorkerPlan:
+    paths = {key: [Path(p) for p in data[key]] for key in ("allowed_roots", "hidden_roots", "visible", "watch")}
+    return WorkerPlan(preload=data["preload"], home=Path(data["home"]), **paths)
 
 
 def run_task(data: dict) -> StageWork:
@@ -44,14 +52,19 @@ def run_task(data: dict) -> StageWork:
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # the GPU Ray gave this job, if it asked for one
     sandbox = choose_sandbox(data["sandbox"], Limits(**data["limits"]), gpus=[g for g in gpu.split(",") if g][:1])
     guard = FrozenGuard(workspace / "env", json.loads(Path(data["frozen_hashes"]).read_text()))
-    outcome = StageRunner(workspace, sandbox, guard, pristine_env=pristine).run(spec, node_dir)
-    if not outcome.ok:
-        return StageWork(outcome)
-    evaluator = FrozenEvaluator(workspace, guard, sandbox, pristine_env=pristine)
+    if data.get("worker_plan"):
+        sandbox.start_worker(plan_from(data["worker_plan"]))  # imports while the run is set up
     try:
-        return StageWork(outcome, evaluator.score(outcome.checkpoint, "validation", node_dir))
-    except (FrozenFileError, CheckpointError, ContractError) as exc:
-        return StageWork(outcome, refusal=exc)
+        outcome = StageRunner(workspace, sandbox, guard, pristine_env=pristine).run(spec, node_dir)
+        if not outcome.ok:
+            return StageWork(outcome)
+        evaluator = FrozenEvaluator(workspace, guard, sandbox, pristine_env=pristine)
+        try:
+            return StageWork(outcome, evaluator.score(outcome.checkpoint, "validation", node_dir))
+        except (FrozenFileError, CheckpointError, ContractError) as exc:
+            return StageWork(outcome, refusal=exc)
+    finally:
+        sandbox.stop_worker()
 
 
 # -- the result file --------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
                     goals=Goals(config.target, config.patience))
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
-    stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config), lock)
+    stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config, template), lock)
     controller = assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key, tree=tree)
     controller.parts.proposer.restore(tree, run.data.metrics)
     controller.rejected_proposals = int(run.data.metrics.get("rejected_proposals", 0))

@@ -157,7 +157,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
         check_price(config.llm_model, config.max_llm_cost)
     if tracker.find_session(config.name) is not None:
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
-    sandbox = make_sandbox(config)
+    sandbox = make_sandbox(config, template)
     lock = reserve_session_dir(config)
     faults.point("session_reserved")
     workspace = Workspace.create(template, config.session_dir / "workspace")
@@ -188,22 +188,27 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 
-def trial_limits(config: SessionConfig) -> Limits:
+def trial_limits(config: SessionConfig, template: Template | None = None) -> Limits:
     return Limits(memory_bytes=int(config.trial_memory_gb * 2**30), pids=DEFAULT_LIMITS.pids,
-                  cpus=trial_cpus(config))
+                  cpus=trial_cpus(config, template))
 
 
-def trial_cpus(config: SessionConfig) -> float | None:
-    """CPUs per trial: as asked, or with ``--parallel N`` the machine's shared out (trials
-    side by side that each spawn a thread per core would fight over them)."""
-    if config.trial_cpus is not None or config.parallel == 1:
+def trial_cpus(config: SessionConfig, template: Template | None = None) -> float | None:
+    """CPUs per trial: ``--trial-cpus``, else the template's ``[stage] cpus``, else with
+    ``--parallel N`` the machine's shared out (trials side by side that each spawn a
+    thread per core would fight over them), else all of them."""
+    if config.trial_cpus is not None:
         return config.trial_cpus
+    if template is not None and template.stage_cpus is not None:
+        return template.stage_cpus
+    if config.parallel == 1:
+        return None
     return float(max(1, (os.cpu_count() or 1) // config.parallel))
 
 
-def make_sandbox(config: SessionConfig) -> Sandbox:
+def make_sandbox(config: SessionConfig, template: Template | None = None) -> Sandbox:
     """The strongest tier asked for, with the session's GPUs (a GPU that is not there is an error)."""
-    return choose_sandbox(config.sandbox, trial_limits(config), gpus=select_gpus(config.gpus))
+    return choose_sandbox(config.sandbox, trial_limits(config, template), gpus=select_gpus(config.gpus))
 
 
 def open_channel(config: SessionConfig, template: Template, gate: Gate | None) -> Channel:
@@ -230,7 +235,8 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     if config.executor == "ray":
         from autorl.ray_stages import RayStages, cluster_gpus
 
-        ray = RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", cpus=trial_cpus(config) or 1.0,
+        ray = RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}",
+                        cpus=trial_cpus(config, template) or 1.0,
                         notify=observer.message)
         ray.gpus = 1 if config.gpus != "none" and cluster_gpus(ray.address) else 0
     proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,

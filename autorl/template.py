@@ -75,6 +75,12 @@ class Template:
     def stage_wall_seconds(self) -> float:
         return float(self.constants["stage"]["wall_seconds"])
 
+    @property
+    def stage_cpus(self) -> float | None:
+        """``[stage] cpus``: the CPUs one trial of this template wants, when it says."""
+        cpus = self.constants["stage"].get("cpus")
+        return float(cpus) if cpus is not None else None
+
 
 def resolve(name_or_path: str) -> Path:
     """A built-in template's folder, or the folder at a path."""
@@ -142,6 +148,10 @@ def read_constants(path: Path) -> dict:
         raise _broken(path, f"env/constants.toml: base_model must be a folder name; {fix}")
     if isinstance(wall, bool) or not isinstance(wall, (int, float)) or not 0 < wall < float("inf"):
         raise _broken(path, f"env/constants.toml: wall_seconds = {wall!r} is not a positive number; {fix}")
+    cpus = constants["stage"].get("cpus")
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not 0 < cpus < 4096):
+        raise _broken(path, f"env/constants.toml: [stage] cpus = {cpus!r} is not a positive number of CPUs "
+                            "(one trial's share); or leave it out")
     reward = constants.get("reward")
     if reward is not None:
         low, high = (reward.get(k) if isinstance(reward, dict) else None for k in ("low", "high"))

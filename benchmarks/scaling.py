@@ -52,7 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--stages", type=int, default=8)
     parser.add_argument("--seeds", default="100,101,102,103,104")
     parser.add_argument("--work", type=Path, default=Path("/tmp/autorl-scaling"))
-    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--ways", default=",".join(f"{e}-p{n}" for e, n in WAYS),
+                        help="which throughput runs (default: all four); others are kept from the last results")
+    parser.add_argument("--skip-quality", action="store_true", help="keep the quality runs of the last results")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")]
@@ -111,6 +113,8 @@ def measure_throughput(args: argparse.Namespace) -> dict:
         rows = {}
         for executor, parallel in WAYS:
             key = f"{executor}-p{parallel}"
+            if key not in args.ways.split(","):
+                continue
             rows[key] = throughput(session(f"tp-{key}", template, args, "--executor", executor,
                                            "--parallel", str(parallel)))
             print(key, rows[key], flush=True)
@@ -169,9 +173,11 @@ def report(rows: dict, quality: list[dict], args: argparse.Namespace) -> str:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    rows = measure_throughput(args)
-    quality = [] if args.skip_quality else measure_quality(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    last = json.loads((args.out / "scaling.json").read_text()) if (args.out / "scaling.json").exists() else {}
+    rows = {**last.get("throughput", {}), **measure_throughput(args)}
+    rows = {key: rows[key] for key in (f"{e}-p{n}" for e, n in WAYS) if key in rows}
+    quality = last.get("quality", []) if args.skip_quality else measure_quality(args)
     (args.out / "scaling.json").write_text(json.dumps({"throughput": rows, "quality": quality}, indent=1))
     text = report(rows, quality, args)
     (args.out / "scaling.md").write_text(text)

@@ -138,3 +138,21 @@ def test_trials_side_by_side_get_their_share_of_the_cpus(tmp_path):
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "2"
     with pytest.raises(ConfigError, match="--ray-address needs --executor ray"):
         make_config(**base, ray_address="http://head:8265")
+
+
+def test_a_template_says_how_many_cpus_a_trial_wants(tmp_path):
+    from autorl import template as templates
+    from autorl.config import make_config
+    from autorl.errors import TemplateError
+    from autorl.session import trial_cpus
+
+    folder = make_template(tmp_path / "tpl")
+    constants = folder / "env" / "constants.toml"
+    constants.chmod(0o644)
+    constants.write_text(constants.read_text().replace("wall_seconds = 300", "wall_seconds = 300\ncpus = 3"))
+    config = make_config(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db", parallel=2)
+    assert trial_cpus(config, templates.load(str(folder))) == 3
+    assert trial_cpus(config.model_copy(update={"trial_cpus": 1.0}), templates.load(str(folder))) == 1
+    constants.write_text(constants.read_text().replace("cpus = 3", "cpus = -1"))
+    with pytest.raises(TemplateError, match=r"\[stage\] cpus = -1 is not a positive number"):
+        templates.load(str(folder))

@@ -32,12 +32,15 @@ def slow_template(tmp_path_factory):
                          evaluate_py="fast_evaluate.py")
 
 
-def job_states(session_key_part: str) -> dict[str, str]:
+def job_states(name: str, runs_dir) -> dict[str, str]:
+    """The state of each Ray job of session ``name`` (its jobs' ids carry its MLflow run id)."""
     from ray.job_submission import JobSubmissionClient
 
+    shown = json.loads(run_cli("show", name, "--json").stdout)
+    prefix = f"autorl-{name}-{shown['mlflow_run_id'][:8]}-"
     client = JobSubmissionClient(LOCAL_ADDRESS)
     return {job.submission_id: str(job.status.value) for job in client.list_jobs()
-            if job.submission_id and session_key_part in job.submission_id}
+            if job.submission_id and job.submission_id.startswith(prefix)}
 
 
 def test_a_parallel_session_runs_its_stages_as_ray_jobs(ray_head, slow_template, runs_dir):
@@ -48,7 +51,7 @@ def test_a_parallel_session_runs_its_stages_as_ray_jobs(ray_head, slow_template,
     data = json.loads(run_cli("show", "onray", "--json").stdout)
     assert data["status"] == "finished" and [n["status"] for n in data["nodes"]] == ["succeeded"] * 3
     assert most_at_once(intervals(data)) == 2
-    states = job_states("-onray-")
+    states = job_states("onray", runs_dir)
     assert len(states) == 3 and set(states.values()) == {"SUCCEEDED"}
 
 
@@ -62,7 +65,7 @@ def test_a_killed_controller_follows_its_running_ray_jobs_on_resume(ray_head, sl
     data = json.loads(run_cli("show", "rayk", "--json").stdout)
     assert data["status"] == "finished" and [n["status"] for n in data["nodes"]] == ["succeeded"] * 3
     assert [n["attempt"] for n in data["nodes"]] == [1, 1, 1]  # followed, not trained again
-    assert len(job_states("-rayk-")) == 3  # one job per node: none was submitted twice
+    assert len(job_states("rayk", runs_dir)) == 3  # one job per node: none was submitted twice
 
 
 def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, slow_template, runs_dir, tmp_path):
@@ -77,4 +80,4 @@ def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, slow_template, runs_dir, t
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, out + err
-    assert set(job_states("-rayc-").values()) == {"STOPPED"}
+    assert set(job_states("rayc", runs_dir).values()) == {"STOPPED"}
