@@ -119,15 +119,7 @@ class Controller:
 
     def run(self) -> Tree:
         self.observer.session_started(self.config.name, self.tree, self.budget)
-        self.observer.message(self.parts.runner.sandbox.describe())
-        if self.parts.ray is not None:
-            self.observer.message(self.parts.ray.describe())
-        if self.config.parallel > 1:
-            cpus = self.parts.runner.sandbox.limits.cpus
-            self.observer.message(f"up to {self.slots.size} stages at once"
-                                  + (f" (one per GPU; --parallel {self.config.parallel})"
-                                     if self.slots.size < self.config.parallel else "")
-                                  + (f", {cpus:g} CPUs each" if cpus else ""))
+        self.announce_execution()
         try:
             if self.tree.base_score is None:
                 self.score_base()
@@ -160,6 +152,18 @@ class Controller:
             self.finish("failed", f"internal error: {exc!r}")
             raise
         return self.tree
+
+    def announce_execution(self) -> None:
+        """Where stages run: the sandbox tier, the Ray cluster, how many at once."""
+        self.observer.message(self.parts.runner.sandbox.describe())
+        if self.parts.ray is not None:
+            self.observer.message(self.parts.ray.describe())
+        if self.config.parallel > 1:
+            cpus = self.parts.runner.sandbox.limits.cpus
+            capped = self.slots.size < self.config.parallel
+            self.observer.message(f"up to {self.slots.size} stages at once"
+                                  + (f" (one per GPU; --parallel {self.config.parallel})" if capped else "")
+                                  + (f", {cpus:g} CPUs each" if cpus else ""))
 
     def step(self) -> Node | None:
         """Propose, train, score and record one stage (None when the proposal was dropped)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
@@ -45,6 +47,17 @@ def nodes_table(tree: Tree, title: str = "") -> Table:
     return table
 
 
+@dataclass
+class RunningStage:
+    node: Node
+    phase: str = ""
+    last: dict = field(default_factory=dict)  # its latest step record with a reward
+
+    def describe(self) -> str:
+        return (f"| {self.node.id} {self.phase}: step {self.last.get('step', 0)}/{self.node.planned_steps or '?'}"
+                f" reward {fmt(self.last.get('reward'))} entropy {fmt(self.last.get('entropy'))}")
+
+
 class LiveView(Observer):
     """Redraws a compact dashboard on every step; prints messages above it."""
 
@@ -53,9 +66,7 @@ class LiveView(Observer):
         self.budget: Budget | None = None
         self.tree: Tree | None = None
         self.name = ""
-        self.current: Node | None = None
-        self.last: dict = {}
-        self.phase = ""
+        self.running: dict[str, RunningStage] = {}  # several with --parallel
         self.live = Live(console=console, refresh_per_second=4, transient=True)
 
     def render(self):
@@ -72,13 +83,10 @@ class LiveView(Observer):
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
             if self.budget is not None and (to_go := self.budget.goals.distance(self.tree)) is not None:
                 status.append(f"target {self.budget.goals.target:g} ({'reached' if to_go <= 0 else f'{to_go:.3f} to go'})  ")
-        if self.current is not None and self.current.status == Status.RUNNING:
-            status.append(
-                f"| {self.current.id} {self.phase}: step {self.last.get('step', 0)}/{self.current.planned_steps or '?'}"
-                f" reward {fmt(self.last.get('reward'))} entropy {fmt(self.last.get('entropy'))}",
-                style="cyan",
-            )
         parts.append(status)
+        for stage in self.running.values():
+            if stage.node.status == Status.RUNNING:
+                parts.append(Text(stage.describe(), style="cyan"))
         return Group(*parts)
 
     def refresh(self) -> None:
@@ -98,19 +106,20 @@ class LiveView(Observer):
         self.console.print(text, markup=False, highlight=False)  # error text may hold [brackets]
 
     def stage_started(self, node: Node, tree: Tree) -> None:
-        self.current, self.last = node, {}
+        self.running[node.id] = RunningStage(node)
         self.refresh()
 
     def stage_phase(self, node: Node, phase: str) -> None:
-        self.current, self.phase = node, phase
+        self.running.setdefault(node.id, RunningStage(node)).phase = phase
         self.refresh()
 
     def step(self, node: Node, record: dict) -> None:
         if "reward" in record:
-            self.last = record
+            self.running.setdefault(node.id, RunningStage(node)).last = record
             self.refresh()
 
     def stage_finished(self, node: Node, tree: Tree) -> None:
+        self.running.pop(node.id, None)
         score = "failed" if node.val_score is None else f"val {node.val_score:.3f} ± {node.val_stderr:.3f}"
         self.console.print(f"  {node.id} (from {node.parent or 'base'}) {score}  [dim]{schedule_text(node.hyperparameters)}[/]")
         self.refresh()
