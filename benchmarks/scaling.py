@@ -140,7 +140,7 @@ def measure_quality(args: argparse.Namespace) -> list[dict]:
 
 def report(rows: dict, quality: list[dict], args: argparse.Namespace) -> str:
     lines = ["# Stages side by side: throughput and search quality", "",
-             f"One run on this machine ({os.cpu_count()} CPUs), `benchmarks/scaling.py`. Arith template, real TRL "
+             f"Measured on this machine ({os.cpu_count()} CPUs), `benchmarks/scaling.py`. Arith template, real TRL "
              f"GRPO, tree search, {args.stages} stages, one thread per trial (`--trial-cpus 1`). Every session ran "
              "alone on the machine; rows may come from separate runs (`--ways`: the Ray rows were measured again "
              "after the stage's two runs in a Ray job began to share one warm worker).", "",
