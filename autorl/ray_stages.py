@@ -90,6 +90,18 @@ def dashboard_address(address: str) -> str:
     return address.rstrip("/")
 
 
+def reach(address: str | None) -> str:
+    """The cluster's dashboard address once it answers: ``address``, or without one the Ray
+    head on this machine (started when none answers). A ConfigError says what to do."""
+    if address is None:
+        return start_local_head()
+    address = dashboard_address(address)
+    if not answers(address):
+        raise ConfigError(f"--ray-address: no Ray cluster answers at {address}; start one (`autorl server up --ray`, "
+                          "or `ray start --head` on the cluster) or leave out --ray-address")
+    return address
+
+
 @dataclass
 class RayJob:
     submission_id: str
@@ -104,13 +116,7 @@ class RayStages:
         ray_environment()
         from ray.job_submission import JobSubmissionClient
 
-        if address is None:
-            self.address = start_local_head()
-        else:
-            self.address = dashboard_address(address)
-            if not answers(self.address):
-                raise ConfigError(f"no Ray cluster answers at {self.address}; start one (`autorl server up --ray`, "
-                                  "or `ray start --head` on the cluster) or leave out --ray-address")
+        self.address = reach(address)
         self.client = JobSubmissionClient(self.address)
         self.session_key = session_key
         self.cpus, self.gpus = cpus, gpus

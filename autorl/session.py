@@ -152,6 +152,10 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     """A new session, made so that a kill at any point leaves either nothing that counts
     (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
     check_study_storage(config)  # before the store: a refusal leaves nothing behind
+    if config.executor == "ray":
+        from autorl.ray_stages import reach
+
+        reach(config.ray_address)  # the same: an unreachable cluster is one error, and nothing is created
     tracker.ensure_store()
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)

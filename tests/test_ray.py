@@ -81,3 +81,11 @@ def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, slow_template, runs_dir, t
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, out + err
     assert set(job_states("rayc", runs_dir).values()) == {"STOPPED"}
+
+
+def test_an_unreachable_ray_cluster_is_one_clear_error_and_creates_nothing(runs_dir):
+    done = run_cli("research", "on ray", "--executor", "ray", "--ray-address", "http://127.0.0.1:9", "--name", "nor",
+                   env=RAY_ENV)
+    assert done.returncode == 1
+    assert "--ray-address: no Ray cluster answers at http://127.0.0.1:9" in done.stderr
+    assert not (runs_dir / "sessions" / "nor").exists() and not json.loads(run_cli("ls", "--json").stdout)
