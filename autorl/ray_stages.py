@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from autorl import remote_stage
-from autorl.errors import ConfigError
+from autorl.errors import ConfigError, SessionError
 from autorl.stage import MetricsTail, StageWork
 
 LOCAL_ADDRESS = "http://127.0.0.1:8265"
@@ -130,11 +130,15 @@ class RayStages:
         return f"autorl-{self.session_key}-{node_id}-a{attempt}"
 
     def status(self, submission_id: str) -> str | None:
-        """The job's state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), None when unknown."""
+        """The job's state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), None when unknown.
+        A cluster that stops answering stops the session (resumable: its jobs may still run)."""
         try:
             return str(self.client.get_job_status(submission_id).value)
         except RuntimeError:  # the Jobs API says "does not exist" this way
             return None
+        except Exception as exc:  # noqa: BLE001 - requests' connection errors, an HTTP 5xx
+            raise SessionError(f"the Ray cluster at {self.address} stopped answering ({type(exc).__name__}); its "
+                               "jobs may still be running: `autorl resume` follows them once it answers") from exc
 
     def run(self, node_id: str, attempt: int, task: dict, node_dir: Path, on_step: Callable[[dict], None],
             should_stop: Callable[[], bool]) -> StageWork | None:

@@ -52,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="where the sessions' runs go [a temp dir]; rerunning with the same --work skips "
                              "sessions already recorded there")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--max-depth", type=int, default=None,
+                        help="--max-depth of every session (default: autorl's); written as search_efficiency-T-S-depthD")
     parser.add_argument("--quick", action="store_true", help="CI smoke: tree and grid, 1 seed, 2 stages of 10 steps")
     args = parser.parse_args(argv)
     if args.quick:
@@ -79,6 +81,8 @@ def run_session(strategy: str, seed: int, args: argparse.Namespace, extra: tuple
                 label: str | None = None) -> dict:
     """One session through the real CLI (``extra``: more `research` options, for a variant
     recorded as ``label``); returns its `show --json` plus its wall time."""
+    if getattr(args, "max_depth", None):
+        extra = (*extra, "--max-depth", str(args.max_depth))
     label = label or strategy
     runs = args.work / f"{label}-{seed}"
     name = f"bench-{label}-{seed}"
@@ -302,6 +306,7 @@ def main(argv=None) -> int:
                 f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}" for f in failed) + ".\n"
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
+    stem += f"-depth{args.max_depth}" if args.max_depth else ""
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                        "summary": table, "tree_paired": paired,
