@@ -21,30 +21,28 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl import faults, records, remote_stage
+from autorl import faults, records
 from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.config import SessionConfig
 from autorl.deferred import Deferred
 from autorl.curves import read_records
 from autorl.diagnose import RewardScale, diagnose
-from autorl.errors import CheckpointError, ContractError, FrozenFileError, SearchExhausted, USER_ERRORS
+from autorl.errors import ContractError, FrozenFileError, SearchExhausted, USER_ERRORS
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
-from autorl.channel import proposal_key
+from autorl.channel import POLL_S, proposal_key
 from autorl.observer import Observer
 from autorl.plots import plot_curves
 from autorl.ray_stages import RayStages
 from autorl.slots import Event, StageSlots
 from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageRunner, StageWork
-from autorl.channel import POLL_S
+from autorl.stage import StageOutcome, StageRunner, StageWork, score_trained
 from autorl.template import Template
 from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
-from autorl.workers import worker_plan
 from search.policy import BestFirstPolicy
 from search.errors import ProposalError
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped, Proposer
@@ -54,7 +52,6 @@ from search.tree import Decision, Node, Status, Tree
 MAX_BREACHES_IN_A_ROW = 2
 MAX_DROPPED_IN_A_ROW = 5
 MIN_FREE_BYTES = 512 * 2**20  # a stage writes a checkpoint and logs; below this, stop cleanly
-
 
 
 @dataclass
@@ -280,34 +277,17 @@ class Controller:
     def work(self, node_id: str, spec: TrialSpec | None, outcome: StageOutcome | None) -> StageWork:
         """In a worker thread: train (unless done) and score on validation. Touches nothing
         the controller's thread reads, and says what happened through the slots' queue."""
+        on_step = lambda record: self.heard_step(node_id, record)  # noqa: E731
         if self.parts.ray is not None and outcome is None:
-            return self.work_on_ray(node_id, spec)
+            work = self.parts.ray.run(self.tree.nodes[node_id].attempt, spec, on_step, should_stop=self.stop_asked)
+            faults.point("trained")
+            return work
         if outcome is None:
-            outcome = self.parts.runner.run(spec, self.node_dir(node_id), on_step=lambda r: self.heard_step(node_id, r),
-                                            should_stop=self.stop_asked)
+            outcome = self.parts.runner.run(spec, self.node_dir(node_id), on_step=on_step, should_stop=self.stop_asked)
         faults.point("trained")
-        if not outcome.ok:
-            return StageWork(outcome)
-        self.slots.post("phase", node_id, "evaluating")
-        try:
-            return StageWork(outcome, self.evaluate(outcome.checkpoint, "validation", self.node_dir(node_id)))
-        except (FrozenFileError, CheckpointError, ContractError) as exc:
-            return StageWork(outcome, refusal=exc)
-
-    def work_on_ray(self, node_id: str, spec: TrialSpec) -> StageWork:
-        """The stage as a Ray job (submitted, or followed when it already runs: a resume)."""
-        sandbox = self.parts.runner.sandbox
-        plan = None
-        if self.config.workers == "warm":
-            plan = worker_plan(self.config, self.template, self.parts.workspace.path)
-            plan.home = self.node_dir(node_id) / "worker"  # the job's own worker, not the controller's
-        task = remote_stage.task(self.parts.workspace.path, spec, self.session_dir / "frozen_hashes.json",
-                                 self.config.sandbox, sandbox.limits, self.template.path / "env", plan)
-        work = self.parts.ray.run(node_id, self.tree.nodes[node_id].attempt, task, self.node_dir(node_id),
-                                  on_step=lambda r: self.heard_step(node_id, r), should_stop=self.stop_asked)
-        faults.point("trained")
-        return work or StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
-                                                           "node was lost); see the job's log"))
+        if outcome.ok:
+            self.slots.post("phase", node_id, "evaluating")
+        return score_trained(self.parts.evaluator, outcome, self.node_dir(node_id))
 
     def stop_asked(self) -> bool:
         return self.gate.stop_requested.is_set() or self.slots.stopping.is_set()
@@ -415,12 +395,7 @@ class Controller:
             self.launch(node)
 
     def still_on_ray(self, node: Node) -> bool:
-        """Whether the node's stage runs (or ran to its end) as a Ray job the stop did not end."""
-        if self.parts.ray is None:
-            return False
-        state = self.parts.ray.status(self.parts.ray.submission_id(node.id, node.attempt))
-        return state in ("PENDING", "RUNNING") or (
-            state == "SUCCEEDED" and (self.node_dir(node.id) / remote_stage.RESULT_FILE).is_file())
+        return self.parts.ray is not None and self.parts.ray.outlived_stop(node.id, node.attempt, self.node_dir(node.id))
 
     def run_name(self, node: Node) -> str:
         """The node's MLflow run name: its path from the base model (``base › n001 › n004``)."""

@@ -33,7 +33,8 @@ from typing import Callable
 
 from autorl import remote_stage
 from autorl.errors import ConfigError, SessionError
-from autorl.stage import MetricsTail, StageWork
+from autorl.spec import TrialSpec
+from autorl.stage import MetricsTail, StageOutcome, StageWork
 
 LOCAL_ADDRESS = "http://127.0.0.1:8265"
 HEAD_PORT = 6380
@@ -62,8 +63,7 @@ def start_local_head(cpus: int | None = None, gpus: int | None = None) -> str:
     ray_environment()
     if answers(LOCAL_ADDRESS):
         return LOCAL_ADDRESS
-    ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    argv = [ray, "start", "--head", f"--port={HEAD_PORT}", "--node-ip-address=127.0.0.1",
+    argv = [ray_command(), "start", "--head", f"--port={HEAD_PORT}", "--node-ip-address=127.0.0.1",
             "--dashboard-host=127.0.0.1", "--dashboard-port=8265", "--disable-usage-stats"]
     argv += [f"--num-cpus={cpus}"] if cpus else []
     argv += [f"--num-gpus={gpus}"] if gpus is not None else []
@@ -78,9 +78,14 @@ def start_local_head(cpus: int | None = None, gpus: int | None = None) -> str:
     return LOCAL_ADDRESS
 
 
+def ray_command() -> str:
+    """Ray's CLI: the one beside this interpreter (the venv's), else on PATH."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else shutil.which("ray") or "ray"
+
+
 def stop_local_head() -> None:
-    ray = shutil.which("ray") or str(Path(sys.executable).parent / "ray")
-    subprocess.run([ray, "stop"], capture_output=True, text=True, env={**os.environ, **RAY_ENV}, timeout=120)
+    subprocess.run([ray_command(), "stop"], capture_output=True, text=True, env={**os.environ, **RAY_ENV}, timeout=120)
 
 
 def dashboard_address(address: str) -> str:
@@ -111,15 +116,17 @@ class RayJob:
 class RayStages:
     """Submits stages to a Ray cluster and follows them until they end."""
 
-    def __init__(self, address: str | None, session_key: str, cpus: float = 1.0, gpus: int = 0,
-                 notify: Callable[[str], None] = lambda text: None):
+    def __init__(self, address: str | None, session_key: str, session_task: dict, cpus: float = 1.0,
+                 want_gpu: bool = True, notify: Callable[[str], None] = lambda text: None):
         ray_environment()
         from ray.job_submission import JobSubmissionClient
 
         self.address = reach(address)
         self.client = JobSubmissionClient(self.address)
         self.session_key = session_key
-        self.cpus, self.gpus = cpus, gpus
+        self.session_task = session_task  # remote_stage.session_task: what every job of the session needs
+        self.cpus = cpus
+        self.gpus = 1 if want_gpu and cluster_gpus(self.address) else 0
         self.notify = notify
 
     def describe(self) -> str:
@@ -140,14 +147,22 @@ class RayStages:
             raise SessionError(f"the Ray cluster at {self.address} stopped answering ({type(exc).__name__}); its "
                                "jobs may still be running: `autorl resume` follows them once it answers") from exc
 
-    def run(self, node_id: str, attempt: int, task: dict, node_dir: Path, on_step: Callable[[dict], None],
-            should_stop: Callable[[], bool]) -> StageWork | None:
+    def run(self, attempt: int, spec: TrialSpec, on_step: Callable[[dict], None],
+            should_stop: Callable[[], bool]) -> StageWork:
         """Submit the stage (unless its job already exists: then follow it) and wait for its
-        result; None when the job ended without one (killed, or lost with its node)."""
-        job = RayJob(self.submission_id(node_id, attempt), node_dir)
+        result; a job that ended without one (stopped, lost with its node) fails the stage."""
+        job = RayJob(self.submission_id(spec.node_id, attempt), Path(spec.output_dir))
         if self.status(job.submission_id) is None:
-            self.submit(job, task)
-        return self.follow(job, on_step, should_stop)
+            self.submit(job, remote_stage.stage_task(self.session_task, spec))
+        work = self.follow(job, on_step, should_stop)
+        return work or StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
+                                                           "node was lost); see the job's log"))
+
+    def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> bool:
+        """Whether the node's stage still runs as a Ray job, or ran to its end, after the
+        controller stopped: then a resume follows the job instead of training again."""
+        state = self.status(self.submission_id(node_id, attempt))
+        return state in ("PENDING", "RUNNING") or (state == "SUCCEEDED" and (node_dir / remote_stage.RESULT_FILE).is_file())
 
     def submit(self, job: RayJob, task: dict) -> None:
         job.node_dir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from autorl.errors import CheckpointError, ContractError, FrozenFileError
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.frozen import FrozenGuard
 from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageRunner, StageWork
+from autorl.stage import StageOutcome, StageRunner, StageWork, score_trained
 from sandbox import Limits, RunResult, WorkerPlan, choose_sandbox
 
 RESULT_FILE = "stage_result.json"
@@ -28,14 +28,19 @@ TASK_FILE = "ray_task.json"
 REFUSALS = {cls.__name__: cls for cls in (FrozenFileError, CheckpointError, ContractError)}
 
 
-def task(workspace: Path, spec: TrialSpec, frozen_hashes: Path, sandbox: str, limits: Limits,
-         pristine_env: Path | None, plan: WorkerPlan | None) -> dict:
-    """What a node needs to run one stage; every path must be reachable from the node.
-    With a worker ``plan`` the job imports the training stack once for both of its runs."""
-    return {"workspace": str(workspace), "spec": spec.model_dump(mode="json"), "frozen_hashes": str(frozen_hashes),
-            "sandbox": sandbox, "limits": dataclasses.asdict(limits),
-            "pristine_env": str(pristine_env) if pristine_env else None,
+def session_task(workspace: Path, frozen_hashes: Path, sandbox: str, limits: Limits, pristine_env: Path | None,
+                 plan: WorkerPlan | None) -> dict:
+    """What every stage's job of a session needs; every path must be reachable from the
+    node. With a worker ``plan`` a job imports the training stack once for both its runs."""
+    return {"workspace": str(workspace), "frozen_hashes": str(frozen_hashes), "sandbox": sandbox,
+            "limits": dataclasses.asdict(limits), "pristine_env": str(pristine_env) if pristine_env else None,
             "worker_plan": json.loads(json.dumps(dataclasses.asdict(plan), default=str)) if plan else None}
+
+
+def stage_task(session: dict, spec: TrialSpec) -> dict:
+    """The session's task for one stage: its spec, and its own worker home in its folder."""
+    plan = session["worker_plan"] and {**session["worker_plan"], "home": str(Path(spec.output_dir) / "worker")}
+    return {**session, "spec": spec.model_dump(mode="json"), "worker_plan": plan}
 
 
 def plan_from(data: dict) -> WorkerPlan:
@@ -56,13 +61,7 @@ def run_task(data: dict) -> StageWork:
         sandbox.start_worker(plan_from(data["worker_plan"]))  # imports while the run is set up
     try:
         outcome = StageRunner(workspace, sandbox, guard, pristine_env=pristine).run(spec, node_dir)
-        if not outcome.ok:
-            return StageWork(outcome)
-        evaluator = FrozenEvaluator(workspace, guard, sandbox, pristine_env=pristine)
-        try:
-            return StageWork(outcome, evaluator.score(outcome.checkpoint, "validation", node_dir))
-        except (FrozenFileError, CheckpointError, ContractError) as exc:
-            return StageWork(outcome, refusal=exc)
+        return score_trained(FrozenEvaluator(workspace, guard, sandbox, pristine_env=pristine), outcome, node_dir)
     finally:
         sandbox.stop_worker()
 

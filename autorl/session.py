@@ -14,8 +14,9 @@ import shutil
 import time
 from dataclasses import dataclass
 from functools import partial
+from typing import Callable
 
-from autorl import faults
+from autorl import faults, remote_stage
 from autorl.approval import Gate
 from autorl.budget import Budget
 from autorl.goals import Goals
@@ -28,6 +29,7 @@ from autorl.frozen import FrozenGuard
 from autorl.lock import SessionLock
 from autorl.channel import Channel, ChannelObserver
 from autorl.observer import Observer, Observers
+from autorl.ray_stages import RayStages, reach
 from autorl.stage import StageRunner
 from autorl.template import Template
 from autorl.tracking import Tracker
@@ -153,8 +155,6 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
     check_study_storage(config)  # before the store: a refusal leaves nothing behind
     if config.executor == "ray":
-        from autorl.ray_stages import reach
-
         reach(config.ray_address)  # the same: an unreachable cluster is one error, and nothing is created
     tracker.ensure_store()
     if config.strategy in LLM_STRATEGIES:
@@ -224,6 +224,15 @@ def open_channel(config: SessionConfig, template: Template, gate: Gate | None) -
     return channel
 
 
+def ray_stages(config: SessionConfig, template: Template, stores: Stores, notify: Callable[[str], None]) -> RayStages:
+    """The Ray side of ``--executor ray``: what every stage's job needs, and the cluster."""
+    plan = worker_plan(config, template, stores.workspace.path) if config.workers == "warm" else None
+    task = remote_stage.session_task(stores.workspace.path, config.session_dir / "frozen_hashes.json", config.sandbox,
+                                     stores.sandbox.limits, template.path / "env", plan)
+    return RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", task,
+                     cpus=trial_cpus(config, template) or 1.0, want_gpu=config.gpus != "none", notify=notify)
+
+
 def assemble(config: SessionConfig, template: Template, stores: Stores, budget: Budget, *,
              observer: Observer | None = None, gate: Gate | None = None, api_key: str | None = None,
              tree: Tree | None = None) -> Controller:
@@ -235,14 +244,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     pristine = template.path / "env"
     if config.workers == "warm":
         stores.sandbox.start_worker(worker_plan(config, template, stores.workspace.path))
-    ray = None
-    if config.executor == "ray":
-        from autorl.ray_stages import RayStages, cluster_gpus
-
-        ray = RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}",
-                        cpus=trial_cpus(config, template) or 1.0,
-                        notify=observer.message)
-        ray.gpus = 1 if config.gpus != "none" and cluster_gpus(ray.address) else 0
+    ray = ray_stages(config, template, stores, notify=observer.message) if config.executor == "ray" else None
     proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,
                              tracer=partial(stores.tracker.llm_span, stores.run_id, config.name))
     parts = Collaborators(

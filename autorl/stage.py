@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Callable
 
 from autorl import faults
 from autorl.curves import read_records, training_steps
+from autorl.errors import CheckpointError, ContractError, FrozenFileError
 from autorl.frozen import FrozenGuard, run_guarded
 from autorl.spec import TrialSpec
 from autorl.timing import StageClock
 from sandbox import Mounts, RunResult, Sandbox, parse_footer, scrubbed_env
 
 if TYPE_CHECKING:
-    from autorl.evaluate import EvalResult
+    from autorl.evaluate import EvalResult, FrozenEvaluator
 
 
 class MetricsTail:
@@ -74,6 +75,17 @@ class StageWork:
     outcome: StageOutcome
     evaluation: EvalResult | None = None
     refusal: Exception | None = None  # FrozenFileError, CheckpointError or ContractError from scoring
+
+
+def score_trained(evaluator: FrozenEvaluator, outcome: StageOutcome, node_dir: Path) -> StageWork:
+    """A stage's outcome with its validation score when it trained, or why it could not be
+    scored (the refusals that fail the node, not the session)."""
+    if not outcome.ok:
+        return StageWork(outcome)
+    try:
+        return StageWork(outcome, evaluator.score(outcome.checkpoint, "validation", node_dir))
+    except (FrozenFileError, CheckpointError, ContractError) as exc:
+        return StageWork(outcome, refusal=exc)
 
 
 def metrics_breach(records: list[dict], footer: dict[str, str]) -> str | None:

@@ -17,7 +17,6 @@ import random
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from search.memory import learning_rate_limit
 from search.novelty import duplicate_of
