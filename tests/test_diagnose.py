@@ -140,3 +140,29 @@ def test_a_kl_blowup_that_costs_validation_is_the_critical_finding_not_reward_ha
     assert findings[0].name == "kl_blowup" and findings[0].severity == "critical"
     assert "validation fell" in findings[0].evidence
     assert "train_eval_divergence" not in [f.name for f in findings]
+
+
+# -- reward collapse: noise is not a collapse, and the evaluator has the last word ------------
+
+# Per-step rewards of two recorded 20-step stages (8 completions a step, reward range 1.25):
+# one whose validation rose by 4.3 points, one whose validation fell from 0.603 to 0.225.
+NOISY_BUT_FINE = [0.703, 0.672, 0.641, 0.625, 0.719, 0.859, 0.641, 0.734, 0.859, 0.656,
+                  0.828, 0.672, 0.719, 0.715, 0.641, 0.828, 0.656, 0.57, 0.637, 0.703]
+COLLAPSED = [0.83, 0.59, 0.59, 0.45, 0.38, 0.44, 0.56, 0.42, 0.47, 0.58,
+             0.31, 0.45, 0.55, 0.38, 0.36, 0.5, 0.41, 0.34, 0.45, 0.44]
+
+
+def test_a_noisy_peak_is_not_a_reward_collapse():
+    scale = RewardScale(declared=1.25)
+    assert "reward_collapse" not in [f.name for f in diagnose(stream(reward=NOISY_BUT_FINE.__getitem__), scale=scale)]
+    found = diagnose(stream(reward=COLLAPSED.__getitem__), scale=scale)
+    assert [f.severity for f in found if f.name == "reward_collapse"] == ["critical"]
+
+
+def test_a_reward_collapse_whose_checkpoint_held_on_validation_is_only_a_warning():
+    collapsing = stream(reward=lambda i: 0.7 if i < 10 else 0.1)
+    parent = items([1, 0] * 500)
+    held = {f.name: f for f in diagnose(collapsing, paired_comparison(parent, parent))}
+    assert held["reward_collapse"].severity == "warning" and "validation did not fall" in held["reward_collapse"].evidence
+    fell = {f.name: f for f in diagnose(collapsing, paired_comparison(items([1] * 300 + [0] * 700), parent))}
+    assert fell["reward_collapse"].severity == "critical"
