@@ -208,14 +208,19 @@ def reward_collapse(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | No
     return None
 
 
+# Findings read from the training curves alone; the checkpoint's validation confirms them.
+CURVE_ONLY = {"reward_collapse", "length_truncation", "zero_variance_groups"}
+
+
 def confirmed_by_validation(findings: list[Finding], comparison: Comparison | None) -> list[Finding]:
-    """A reward collapse whose checkpoint did not lose validation accuracy is a warning,
-    not a broken stage: the evaluator has the last word on the checkpoint."""
+    """A curve-only finding on a checkpoint that did not lose validation accuracy is a
+    warning, not a broken stage: the evaluator has the last word on the checkpoint (the
+    finding still steers the stage's children)."""
     if comparison is None or comparison.verdict == "worse":
         return findings
     return [Finding(f.name, "warning", f"{f.evidence}; validation did not fall ({comparison.delta:+.3f} ± "
                     f"{comparison.stderr:.3f})", f.suggestion, f.steps, f.values)
-            if f.name == "reward_collapse" and f.severity == "critical" else f for f in findings]
+            if f.name in CURVE_ONLY and f.severity == "critical" else f for f in findings]
 
 
 def train_eval_divergence(records, comparison: Comparison | None, scale: RewardScale = DEFAULT_SCALE

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from autorl import template as templates
 from autorl.curves import read_records, series
-from autorl.diagnose import COLLAPSE_SHARE, RewardScale, reward_collapse
+from autorl.diagnose import COLLAPSE_SHARE, RewardScale, diagnose, reward_collapse
+from search.tree import Comparison
 
 REPO = Path(__file__).resolve().parents[1]
 VALIDATION_COLLAPSE = 0.25  # validation lost at least this share of the parent's score (search.memory)
@@ -37,7 +38,7 @@ def peak_step_rule(records: list[dict], scale: RewardScale) -> bool:
 
 
 def stages(work: Path):
-    """(outcome, records, scale) for every scored stage with a parent comparison under ``work``."""
+    """(outcome, records, scale, comparison, critical when it ran) for every scored stage with a parent comparison under ``work``."""
     scale = RewardScale(declared=templates.load(str(work / "template")).reward_width)
     for diagnosis in sorted(work.glob("*/sessions/*/nodes/*/diagnosis.json")):
         comparison = json.loads(diagnosis.read_text()).get("comparison")
@@ -48,7 +49,8 @@ def stages(work: Path):
         score = json.loads((node / "eval_validation.json").read_text())["mean"]
         collapsed = parent_score is not None and parent_score - score > VALIDATION_COLLAPSE * parent_score
         outcome = "collapsed" if collapsed else "fell" if comparison["verdict"] == "worse" else "held"
-        yield outcome, read_records(node / "metrics.jsonl"), scale
+        recorded = any(f["severity"] == "critical" for f in json.loads(diagnosis.read_text())["findings"])
+        yield outcome, read_records(node / "metrics.jsonl"), scale, Comparison(**comparison), recorded
 
 
 def parent_validation(node: Path, spec: dict) -> float | None:
@@ -63,33 +65,44 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     totals, flagged = Counter(), {"peak step": Counter(), "start or window": Counter()}
+    barred = {"as recorded": Counter(), "now": Counter()}  # stages the tree policy would not extend
     for work in args.work:
-        for outcome, records, scale in stages(work):
+        for outcome, records, scale, comparison, recorded in stages(work):
             totals[outcome] += 1
             flagged["peak step"][outcome] += peak_step_rule(records, scale)
             flagged["start or window"][outcome] += reward_collapse(records, scale) is not None
-    write(totals, flagged, args)
+            barred["as recorded"][outcome] += recorded
+            barred["now"][outcome] += any(f.severity == "critical" for f in diagnose(records, comparison, scale))
+    write(totals, flagged, barred, args)
 
 
-def write(totals: Counter, flagged: dict[str, Counter], args: argparse.Namespace) -> None:
+def write(totals: Counter, flagged: dict[str, Counter], barred: dict[str, Counter], args: argparse.Namespace) -> None:
     rows = ["| rule | flagged where validation collapsed (>25% lost) | flagged where it fell (beyond noise) | "
             "flagged where it held or rose (false alarms) |", "|---|---|---|---|"]
     for rule, counts in flagged.items():
         cells = [f"{counts[o]} / {totals[o]} ({counts[o] / totals[o]:.0%})" if totals[o] else "—"
                  for o in ("collapsed", "fell", "held")]
         rows.append(f"| {rule} | " + " | ".join(cells) + " |")
+    rows += ["", "Stages with any critical finding (the tree policy does not extend them), as the stages were "
+             "diagnosed when they ran and by today's diagnosis:", "",
+             "| diagnosis | where validation fell | where it held or rose |", "|---|---|---|"]
+    for when, counts in barred.items():
+        fell = counts["collapsed"] + counts["fell"]
+        rows.append(f"| {when} | {fell} / {totals['collapsed'] + totals['fell']} | {counts['held']} / {totals['held']} |")
     text = "\n".join([
         "# Reward-collapse detector against the evaluator", "",
         *rows, "",
         f"{sum(totals.values())} stages re-read from {len(args.work)} benchmark folders "
         f"({', '.join(p.name for p in args.work)}). 'Collapsed' stages are a subset of 'fell' only when the "
         "paired test also called them worse; each stage is counted once, under the first of collapsed / fell / "
-        "held that applies. Since this check, a reward collapse on a stage whose validation did not fall is "
-        "reported as a warning, not critical (autorl/diagnose.py: confirmed_by_validation).", ""])
+        "held that applies. Since this check, a curve-only finding (reward collapse, length truncation, zero-variance "
+        "groups) on a stage whose validation did not fall is a warning, not critical "
+        "(autorl/diagnose.py: confirmed_by_validation).", ""])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reward_collapse_check.md").write_text(text)
     (args.out / "reward_collapse_check.json").write_text(json.dumps(
-        {"stages": dict(totals), "flagged": {k: dict(v) for k, v in flagged.items()}}, indent=1))
+        {"stages": dict(totals), "flagged": {k: dict(v) for k, v in flagged.items()},
+         "critical": {k: dict(v) for k, v in barred.items()}}, indent=1))
     print(text)
 
 

@@ -159,10 +159,13 @@ def test_a_noisy_peak_is_not_a_reward_collapse():
     assert [f.severity for f in found if f.name == "reward_collapse"] == ["critical"]
 
 
-def test_a_reward_collapse_whose_checkpoint_held_on_validation_is_only_a_warning():
-    collapsing = stream(reward=lambda i: 0.7 if i < 10 else 0.1)
-    parent = items([1, 0] * 500)
-    held = {f.name: f for f in diagnose(collapsing, paired_comparison(parent, parent))}
-    assert held["reward_collapse"].severity == "warning" and "validation did not fall" in held["reward_collapse"].evidence
-    fell = {f.name: f for f in diagnose(collapsing, paired_comparison(items([1] * 300 + [0] * 700), parent))}
-    assert fell["reward_collapse"].severity == "critical"
+@pytest.mark.parametrize("curve, finding", [
+    ({"reward": lambda i: 0.7 if i < 10 else 0.1}, "reward_collapse"),
+    ({"completions/clipped_ratio": lambda i: 0.8}, "length_truncation"),
+])
+def test_a_curve_finding_whose_checkpoint_held_on_validation_is_only_a_warning(curve, finding):
+    records, parent = stream(**curve), items([1, 0] * 500)
+    held = {f.name: f for f in diagnose(records, paired_comparison(parent, parent))}
+    assert held[finding].severity == "warning" and "validation did not fall" in held[finding].evidence
+    fell = {f.name: f for f in diagnose(records, paired_comparison(items([1] * 300 + [0] * 700), parent))}
+    assert fell[finding].severity == "critical"
