@@ -78,7 +78,7 @@ def research(
     strategy: Optional[str] = typer.Option(
         None, "--strategy", help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = option("seed", "--seed"),
-    max_depth: int = option("max_depth", "--max-depth"),
+    max_depth: Optional[int] = option("max_depth", "--max-depth"),
     schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
     ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART", help=SessionConfig.model_fields["ablate"].description
                                                + " Repeat for several."),

@@ -6,6 +6,7 @@ import math
 import os
 import re
 import tempfile
+from typing import Any
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from autorl.errors import ConfigError
 
 STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid")
+MIN_DEPTH = 3  # the default --max-depth below 12 stages
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
 CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),
@@ -21,6 +23,7 @@ CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers
 SEARCH_PARTS = {
     "memory": "the memory of collapses (no stage anywhere near a learning rate that collapsed)",
     "steering-step": "steering moves one step (a quarter of the range); off: anywhere up to the bound",
+    "local": "a child stage samples within one step of its parent's values; off: the whole space",
     "budget": "the budget-aware policy (broad early, deep late; no fresh root at the end)",
     "steering": "diagnosis steering of the next stage",
 }
@@ -79,7 +82,8 @@ class SessionConfig(BaseModel):
                                  "(e.g. 0.65); a topic stating a percentage suggests one.")
     patience: int | None = Field(None, ge=1, description="Stop after this many stages in a row without a gain "
                                  "beyond noise.")
-    max_depth: int = Field(3, ge=1, description="Longest schedule: stages on one root-to-leaf path.")
+    max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path "
+                                  "[default: a quarter of --stages, at least 3].")
     schedule_prior: bool = Field(False, description="Capacity (completion length, group size, steps) only grows "
                                  "from a stage to its child; regularisation (lr, KL, temperature) moves freely.")
     ablate: tuple[str, ...] = Field((), description="Switch off a part of the tree search to measure it: "
@@ -165,6 +169,17 @@ class SessionConfig(BaseModel):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
             raise ValueError(f"bad session name {value!r}: use letters, digits, '.', '_' or '-' (max 64)")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _depth_follows_the_budget(cls, data: Any) -> Any:
+        """Deeper schedules when the budget pays for them: at 24 stages on arith, schedules
+        up to 6 stages deep beat 3 by about 4 points for the tree, grid and greedy alike
+        (benchmarks/results/search_efficiency-arith-24*.md)."""
+        if isinstance(data, dict) and data.get("max_depth") is None:
+            stages = data.get("stages", 8)
+            data = {**data, "max_depth": max(MIN_DEPTH, stages // 4) if isinstance(stages, int) else MIN_DEPTH}
+        return data
 
     @model_validator(mode="after")
     def _llm_strategy_needs_a_model(self) -> "SessionConfig":

@@ -4,10 +4,11 @@ A collapse — validation falling far below the stage's parent, or a stage whose
 collapsed or went non-finite — is the strongest evidence a session gets, and in GRPO it
 comes from too large a step far more often than from anything else. One is enough: no
 later stage anywhere in the tree is proposed at or above ``MARGIN`` times the smallest
-learning rate that collapsed — unless that leaves almost nothing of the space below it
-(then the collapse was not about the step size, and forbidding the space would stop the
-search). TPE samples below the limit; an LLM proposal above it goes
-back to the LLM with the evidence; any other proposer is asked again.
+learning rate that collapsed — leaving out collapses whose limit would leave almost
+nothing of the space below it (they were not about the step size, and forbidding the
+space would stop the search; a larger step that collapsed still sets the limit). TPE
+samples below the limit; an LLM proposal above it goes back to the LLM with the
+evidence; any other proposer is asked again.
 """
 
 from __future__ import annotations
@@ -52,8 +53,11 @@ def learning_rate_limit(tree: Tree, space: SearchSpace) -> Limit | None:
     name = space.named("learning_rate")
     if name is None:
         return None
+    param = space.params[name]
     culprits = [n for n in tree.nodes.values() if isinstance(n.hyperparameters.get(name), (int, float))
-                and collapsed(tree, n)]
+                and collapsed(tree, n)
+                # a collapse at the smallest steps the space allows: the step size is not what to avoid
+                and position(param, max(n.hyperparameters[name] * MARGIN, param.low)) >= ROOM]
     if not culprits:
         return None
     worst = min(culprits, key=lambda n: n.hyperparameters[name])
@@ -61,7 +65,5 @@ def learning_rate_limit(tree: Tree, space: SearchSpace) -> Limit | None:
     outcome = (f"validation fell from {parent:.3f} to {worst.val_score:.3f}" if worst.scored and parent is not None
                else ", ".join(f.name for f in worst.diagnosis if f.name in COLLAPSE_FINDINGS) or worst.status.value)
     value = worst.hyperparameters[name] * MARGIN
-    if position(space.params[name], max(value, space.params[name].low)) < ROOM:
-        return None  # a collapse at the smallest steps the space allows: the step size is not what to avoid
     return Limit(name, value, f"{worst.id} collapsed at {name}={worst.hyperparameters[name]:.3g} ({outcome}); "
                               f"stay below {value:.3g}")

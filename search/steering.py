@@ -98,3 +98,29 @@ def steered_space(space: SearchSpace, parent_values: dict[str, Any], findings: l
         elif (bounds := narrowed_range(param, parent_values[name], direction, step)) is not None:
             ranges[name], applied[name] = bounds, direction
     return ranges, fixed, applied
+
+
+def neighbourhood(param: Param, value: Any, step: float = STEP) -> tuple[float, float] | None:
+    """The range within one step of ``value`` on both sides (None if empty)."""
+    down, up = narrowed_range(param, value, "down", step), narrowed_range(param, value, "up", step)
+    low, high = (down[0] if down else value), (up[1] if up else value)
+    return (low, high) if low < high else None
+
+
+def local_ranges(space: SearchSpace, parent_values: dict[str, Any], ranges: dict[str, tuple[float, float]],
+                 step: float = STEP) -> dict[str, tuple[float, float]]:
+    """``ranges`` with every float parameter not already steered kept within one step of
+    the parent's value.
+
+    A child stage continues its parent's training: good schedules move their values
+    between stages, they do not start over (a learning rate 30× the parent's is how a
+    strong checkpoint collapses). The first stage still samples the whole space.
+    """
+    local = dict(ranges)
+    for name, param in space.params.items():
+        value = parent_values.get(name)
+        if name in local or param.type != "float" or not isinstance(value, (int, float)):
+            continue
+        if (bounds := neighbourhood(param, value, step)) is not None:
+            local[name] = bounds
+    return local

@@ -67,3 +67,12 @@ def test_a_study_storage_url_with_a_password_is_refused(tmp_path):
     assert make_config(**base, study_storage="postgresql://ann@db:5432/optuna").study_storage
     with pytest.raises(ConfigError, match="--study-storage: holds a password"):
         make_config(**base, study_storage="postgresql://ann:secret@db:5432/optuna")
+
+
+@pytest.mark.parametrize("stages, depth", [(1, 3), (8, 3), (15, 3), (16, 4), (24, 6)])
+def test_the_default_depth_grows_with_the_stage_budget(tmp_path, stages, depth):
+    base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
+    assert make_config(**base, stages=stages).max_depth == depth
+    assert make_config(**base, stages=stages, max_depth=2).max_depth == 2  # a depth asked for is kept
+    with pytest.raises(ConfigError, match="--max-depth"):
+        make_config(**base, stages=stages, max_depth=0)

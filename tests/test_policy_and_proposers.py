@@ -338,6 +338,11 @@ def test_a_collapse_at_the_smallest_steps_sets_no_limit_that_would_forbid_the_sp
                   status=Status.SUCCEEDED, val_score=0.56, val_stderr=0.01,
                   diagnosis=[Finding("reward_collapse", "critical")]))
     assert learning_rate_limit(tree, DEDUP_SPACE) is None
+    # a larger step that collapsed still sets the limit, whatever the small one did
+    tree.add(Node("n002", None, 1, DEDUP_SPACE.defaults() | {"learning_rate": 8e-4}, seed=2, proposer="tree",
+                  status=Status.SUCCEEDED, val_score=0.10, val_stderr=0.01))
+    limit = learning_rate_limit(tree, DEDUP_SPACE)
+    assert limit is not None and limit.value == pytest.approx(8e-4 * 0.7) and "n002" in limit.evidence
 
 
 def test_a_budget_larger_than_the_grid_refines_it_instead_of_repeating_it():

@@ -5,8 +5,10 @@ parent's), not its raw score: a second stage from a strong checkpoint and a firs
 stage from the base model are then judged on the same footing. The stage depth and
 parent are stored as trial attributes. Only the controller talks to the study.
 
-Before asking, the parent's findings narrow the space (``steering``): after entropy
-collapse TPE samples only temperatures above the parent's, and so on. A sample that
+Before asking, the parent's values narrow the space: a child samples each float
+parameter within one step (a quarter of its range) of its parent's value, and the
+parent's findings pick the side (``steering``): after entropy collapse TPE samples only
+temperatures above the parent's, and so on. A sample that
 nearly repeats a sibling (``novelty``) is failed in the study and asked again; after
 ``MAX_RESAMPLES`` a uniform draw inside the same ranges replaces it.
 """
@@ -24,7 +26,7 @@ from search.prior import grown_ranges, lifted
 from search.proposers.base import BaseProposer, Proposal
 from search.study import fail_orphan_trials, fail_trial, record_node, reseed
 from search.space import SearchSpace
-from search.steering import STEP, steered_space
+from search.steering import STEP, local_ranges, steered_space
 from search.tree import Node, Tree
 
 MAX_RESAMPLES = 3
@@ -42,8 +44,9 @@ class TpeProposer(BaseProposer):
 
     def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
                  steer: bool = True, seed: int = 0, avoid_collapses: bool = True, step: float = STEP,
-                 schedule_prior: bool = False):
+                 schedule_prior: bool = False, local: bool = True):
         self.space = space
+        self.local = local  # a child samples within one step of its parent's values (search/steering.py)
         self.step = step  # how far steering may move a parameter (search/steering.py)
         self.schedule_prior = schedule_prior  # capacity only grows along a path (search/prior.py)
         self.avoid_collapses = avoid_collapses
@@ -62,6 +65,8 @@ class TpeProposer(BaseProposer):
         ranges, fixed, applied = steered_space(self.space, parent_values, findings, self.step)
         commit = node.commit if node else None
         notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
+        if self.local and node:
+            ranges = local_ranges(self.space, parent_values, ranges, self.step)
         if self.schedule_prior and node:
             ranges = grown_ranges(self.space, parent_values, ranges, set(applied))
         if (limit := learning_rate_limit(tree, self.space)) is not None and self.avoid_collapses:
