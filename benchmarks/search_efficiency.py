@@ -54,11 +54,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--max-depth", type=int, default=None,
                         help="--max-depth of every session (default: autorl's); written as search_efficiency-T-S-depthD")
+    parser.add_argument("--versus", default=",".join(BASELINES),
+                        help="strategies (or labels recorded in WORK/results.jsonl, e.g. an earlier tree) the tree "
+                             "is paired with")
     parser.add_argument("--quick", action="store_true", help="CI smoke: tree and grid, 1 seed, 2 stages of 10 steps")
     args = parser.parse_args(argv)
     if args.quick:
         args.strategies, args.seeds, args.stages, args.steps = "tree,grid", 1, 2, 10
     args.strategies = [s for s in args.strategies.split(",") if s]
+    args.versus = [s for s in args.versus.split(",") if s]
     return args
 
 
@@ -207,7 +211,7 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
     if "tree" in by_strategy:
         rows += ["", "Paired by search seed, tree against each baseline (test accuracy, exact sign-flip test):", "",
                  "| baseline | mean difference (points) | tree wins / losses | p (two-sided) |", "|---|---|---|---|"]
-        for baseline in (b for b in BASELINES if b in by_strategy):
+        for baseline in (b for b in getattr(args, "versus", BASELINES) if b in by_strategy):
             test = paired_test(results, "tree", baseline)
             if test is None:
                 continue
