@@ -226,12 +226,24 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
         f"Base model test accuracy {base_test:.3f}; one test score's standard error ≈ {stderr:.3f} "
         f"(1,000 problems), so differences of medians below ~{2 * stderr:.3f} are within noise.",
         "Grid's best validation score (median over seeds): " + ("—" if grid_val is None else f"{grid_val:.3f}") + ".",
+        ceiling(results, grid_test),
         "Winning schedules (stages on the winner's path, per seed): " + "; ".join(
             f"{s} {[len(r['best_path']) for r in runs]}" for s, runs in by_strategy.items()) + ".",
         "", "Shape of the winning schedules (moves between consecutive stages of the winners' paths):", "",
         *[f"- {s}: {schedule_shapes(runs)}" for s, runs in by_strategy.items()],
     ]
     return "\n".join(rows + notes) + "\n", table, comparisons
+
+
+def ceiling(results: list[dict], grid_test: float | None) -> str:
+    """What any strategy reached at this budget: the best validation score of any stage in
+    any session here, against what 15% above grid's median would need."""
+    best = max(results, key=lambda r: r["best_val"])
+    text = (f"Best validation score of any stage in any session here: {best['best_val']:.3f} ({best['strategy']}, "
+            f"seed {best['seed']}); best winner's test score: {max(r['best_test'] for r in results):.3f}")
+    if grid_test:
+        text += f"; 15% above grid's median test would be {1.15 * grid_test:.3f}"
+    return text + "."
 
 
 def plot(results: list[dict], args: argparse.Namespace, path: Path) -> None:
