@@ -128,7 +128,12 @@ class Controller:
                 if self.slots.free == 0:
                     self.handle_events(until_one_ends=True)
                     continue
-                if (node := self.propose_next()) is not None:
+                try:
+                    node = self.propose_next()
+                except SearchExhausted as exc:  # the work done so far still gets its winner scored
+                    reason = f"search exhausted: {exc}"
+                    break
+                if node is not None:
                     self.start(node)
             self.handle_events(until_all_end=True)  # stages already paid for finish and are recorded
             if not any(n.status == Status.SUCCEEDED for n in self.tree.nodes.values()):

@@ -114,6 +114,33 @@ def test_a_proposer_that_only_produces_dropped_proposals_stops_the_session(tmp_p
             return {}
 
     controller.parts.proposer = Dropping()
-    with pytest.raises(SearchExhausted, match="5 proposals in a row were dropped, the last: nothing new"):
-        controller.run()
+    controller.run()
     assert controller.status == "failed" and controller.budget.spent_stages == 0
+    assert "5 proposals in a row were dropped, the last: nothing new" in controller.reason
+
+
+def test_a_search_that_runs_dry_after_some_stages_still_scores_its_winner(tmp_path, runs_dir, tracker):
+    from search.proposers import ProposalDropped
+
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
+    config = make_config(name="dry2", topic="t", template=str(template.path), stages=4, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri)
+    controller = create_session(config, template, tracker)
+    real = controller.parts.proposer
+
+    class DryAfterOne:
+        name, chooses_parent = real.name, True
+
+        def __getattr__(self, attribute):
+            return getattr(real, attribute)
+
+        def propose(self, tree, parent):
+            if tree.nodes:
+                raise ProposalDropped("nothing new to run from there")
+            return real.propose(tree, parent)
+
+    controller.parts.proposer = DryAfterOne()
+    controller.run()
+    assert controller.status == "finished" and controller.reason.startswith("search exhausted: 5 proposals")
+    assert controller.budget.spent_stages == 1 and controller.tree.nodes["n001"].test_score is not None

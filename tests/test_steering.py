@@ -135,3 +135,11 @@ def test_steering_step_switched_off_opens_the_range_to_the_bound():
     one_step, _, _ = steered_space(SPACE, SPACE.defaults(), findings)
     to_bound, _, _ = steered_space(SPACE, SPACE.defaults(), findings, step=1.0)
     assert one_step["temperature"] == (1.0, 1.25) and to_bound["temperature"] == (1.0, 1.5)
+
+
+def test_a_proposal_sent_back_by_a_check_is_not_drawn_again(tmp_path):
+    tree = parent_tree([])
+    proposer = TpeProposer(SPACE, hpo.open_study(tmp_path, "r", 0), start_with_defaults=False)
+    first = proposer.propose(tree, "n001")
+    proposer.withdraw_duplicate(first, tree.nodes["n001"], tree)  # the guard found it repeats a sibling
+    assert proposer.propose(tree, "n001").hyperparameters != first.hyperparameters

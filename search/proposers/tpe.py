@@ -55,10 +55,13 @@ class TpeProposer(BaseProposer):
         self.seed = seed
         self.rng = random.Random(seed)
         self.rejected = 0  # proposals a person rejected; the sampler's seed moves on with them
+        self.redraws: dict[int, int] = {}  # node count -> proposals sent back by the checks at that count
+        self.nodes_seen = 0  # the node count of the last proposal
         if start_with_defaults and not study.trials:
             study.enqueue_trial(space.defaults())  # a known-good reference first
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        self.nodes_seen = len(tree.nodes)
         node = tree.nodes.get(parent) if parent else None
         findings = node.diagnosis if node and self.steer else []
         parent_values = node.hyperparameters if node else {}
@@ -100,14 +103,16 @@ class TpeProposer(BaseProposer):
         distributions = {name: param.distribution(*ranges.get(name, (None, None)))
                          for name, param in self.space.params.items()}
         rejected = (self.rejected,) if self.rejected else ()  # a person said no: draw something else
-        reseed(self.study, self.seed, len(tree.nodes), attempt, *rejected)
+        redrawn = (self.redraws[len(tree.nodes)],) if self.redraws.get(len(tree.nodes)) else ()  # so did a check
+        reseed(self.study, self.seed, len(tree.nodes), attempt, *rejected, *redrawn)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
         trial.set_user_attr("depth", 1 if parent is None else tree.nodes[parent].depth + 1)
         return trial
 
     def uniform(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree) -> dict[str, Any]:
-        self.rng = random.Random(f"uniform:{self.seed}:{len(tree.nodes)}")
+        redraw = self.redraws.get(len(tree.nodes), 0)
+        self.rng = random.Random(f"uniform:{self.seed}:{len(tree.nodes)}" + (f":{redraw}" if redraw else ""))
         values = self.space.sample(self.rng)
         for name, (low, high) in ranges.items():
             narrowed = self.space.params[name].model_copy(update={"low": low, "high": high})
@@ -121,6 +126,18 @@ class TpeProposer(BaseProposer):
         if reason is not None:  # rejected (an edit withdraws without a reason)
             self.rejected += 1
         fail_trial(self.study, proposal.optuna_trial)
+
+    def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
+        self.redraw(proposal)
+
+    def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
+        self.redraw(proposal)
+
+    def redraw(self, proposal: Proposal) -> None:
+        """A check sent ``proposal`` back: the next draw at this node count must differ (the
+        sampler is seeded by where the search stands, so asking again would repeat it)."""
+        self.redraws[self.nodes_seen] = self.redraws.get(self.nodes_seen, 0) + 1
+        self.withdraw(proposal)
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         fail_orphan_trials(self.study, tree)
