@@ -95,7 +95,6 @@ def test_a_session_stops_when_its_target_is_reached(tmp_path, runs_dir):
 
 
 def test_a_proposer_that_only_produces_dropped_proposals_stops_the_session(tmp_path, runs_dir, tracker):
-    from autorl.errors import SearchExhausted
     from search.proposers import ProposalDropped
 
     template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
