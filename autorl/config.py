@@ -23,7 +23,6 @@ CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers
 SEARCH_PARTS = {
     "memory": "the memory of collapses (no stage anywhere near a learning rate that collapsed)",
     "steering-step": "steering moves one step (a quarter of the range); off: anywhere up to the bound",
-    "local": "a child stage samples within one step of its parent's values; off: the whole space",
     "budget": "the budget-aware policy (broad early, deep late; no fresh root at the end)",
     "steering": "diagnosis steering of the next stage",
 }
@@ -84,6 +83,8 @@ class SessionConfig(BaseModel):
                                  "beyond noise.")
     max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path "
                                   "[default: a quarter of --stages, at least 3].")
+    local_steps: bool = Field(False, description="A child stage samples each float parameter within one step (a "
+                              "quarter of its range) of its parent's value, not the whole space.")
     schedule_prior: bool = Field(False, description="Capacity (completion length, group size, steps) only grows "
                                  "from a stage to its child; regularisation (lr, KL, temperature) moves freely.")
     ablate: tuple[str, ...] = Field((), description="Switch off a part of the tree search to measure it: "
@@ -204,7 +205,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
-    "schedule_prior": "--schedule-prior", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
+    "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
 }
 

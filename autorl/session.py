@@ -65,7 +65,7 @@ def tpe_options(config: SessionConfig) -> dict:
     """The tree search's switches (``--schedule-prior``, ``--ablate``) as TpeProposer arguments."""
     return {"steer": "steering" not in config.ablate, "avoid_collapses": "memory" not in config.ablate,
             "step": 1.0 if "steering-step" in config.ablate else STEP, "schedule_prior": config.schedule_prior,
-            "local": "local" not in config.ablate}
+            "local": config.local_steps}
 
 
 def strategy_proposer(config: SessionConfig, template: Template, workspace: Workspace, budget: Budget,

@@ -51,17 +51,17 @@ def test_tpe_samples_inside_the_steered_ranges(tmp_path):
     assert min(temps) < 0.8  # without findings the whole range is open
 
 
-def test_a_child_moves_its_parents_values_by_at_most_one_step(tmp_path):
+def test_with_local_steps_a_child_moves_its_parents_values_by_at_most_one_step(tmp_path):
     tree = parent_tree([], learning_rate=5e-5, temperature=1.0)
     factor = 100 ** 0.25  # a quarter of the learning rate's log range (1e-5..1e-3)
-    children = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"c{i}", i), start_with_defaults=False, seed=i)
-                .propose(tree, "n001").hyperparameters for i in range(10)]
+    children = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"c{i}", i), start_with_defaults=False, seed=i, local=True)
+                .propose(tree, "n001").hyperparameters for i in range(10)]  # --local-steps
     assert all(5e-5 / factor <= c["learning_rate"] <= 5e-5 * factor for c in children)
     assert all(0.75 <= c["temperature"] <= 1.25 for c in children)
-    roots = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"r{i}", i), start_with_defaults=False, seed=i)
+    roots = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"r{i}", i), start_with_defaults=False, seed=i, local=True)
              .propose(tree, None).hyperparameters["learning_rate"] for i in range(10)]
-    free = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"f{i}", i), start_with_defaults=False, seed=i, local=False)
-            .propose(tree, "n001").hyperparameters["learning_rate"] for i in range(10)]  # --ablate local
+    free = [TpeProposer(SPACE, hpo.open_study(tmp_path, f"f{i}", i), start_with_defaults=False, seed=i)
+            .propose(tree, "n001").hyperparameters["learning_rate"] for i in range(10)]  # the default
     for far in (roots, free):
         assert not all(5e-5 / factor <= lr <= 5e-5 * factor for lr in far)
 

@@ -5,10 +5,10 @@ parent's), not its raw score: a second stage from a strong checkpoint and a firs
 stage from the base model are then judged on the same footing. The stage depth and
 parent are stored as trial attributes. Only the controller talks to the study.
 
-Before asking, the parent's values narrow the space: a child samples each float
-parameter within one step (a quarter of its range) of its parent's value, and the
-parent's findings pick the side (``steering``): after entropy collapse TPE samples only
-temperatures above the parent's, and so on. A sample that
+Before asking, the parent's findings narrow the space (``steering``): after entropy
+collapse TPE samples only temperatures above the parent's, and so on. With ``local``
+(``--local-steps``) a child samples every float parameter within one step of its
+parent's value. A sample that
 nearly repeats a sibling (``novelty``) is failed in the study and asked again; after
 ``MAX_RESAMPLES`` a uniform draw inside the same ranges replaces it.
 """
@@ -44,7 +44,7 @@ class TpeProposer(BaseProposer):
 
     def __init__(self, space: SearchSpace, study: optuna.Study, start_with_defaults: bool = True,
                  steer: bool = True, seed: int = 0, avoid_collapses: bool = True, step: float = STEP,
-                 schedule_prior: bool = False, local: bool = True):
+                 schedule_prior: bool = False, local: bool = False):
         self.space = space
         self.local = local  # a child samples within one step of its parent's values (search/steering.py)
         self.step = step  # how far steering may move a parameter (search/steering.py)
