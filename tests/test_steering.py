@@ -8,7 +8,7 @@ from autorl import template as templates
 from search.novelty import duplicate_of, near_duplicate
 from search.proposers import TpeProposer
 from search.steering import steered_space
-from search.tree import Comparison, Finding, Node, Status, Tree
+from search.tree import Finding, Node, Status, Tree
 
 SPACE = templates.load("arith").space
 
