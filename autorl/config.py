@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from autorl.errors import ConfigError
 
 STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid")
-MIN_DEPTH = 3  # the default --max-depth below 12 stages
+MIN_DEPTH = 3  # the shallowest default --max-depth (it grows from 16 stages on)
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
 CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),

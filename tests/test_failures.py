@@ -94,14 +94,19 @@ def test_a_session_stops_when_its_target_is_reached(tmp_path, runs_dir):
     assert data["reason"].startswith("target 0.3 reached: n001") and data["best"]["test_score"] is not None
 
 
+def fast_session(tmp_path, runs_dir, tracker, name, stages):
+    """A controller on a template whose stages copy the checkpoint and score in a blink."""
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
+    config = make_config(name=name, topic="t", template=str(template.path), stages=stages, runs_dir=runs_dir,
+                         tracking_uri=tracker.uri)
+    return create_session(config, template, tracker)
+
+
 def test_a_proposer_that_only_produces_dropped_proposals_stops_the_session(tmp_path, runs_dir, tracker):
     from search.proposers import ProposalDropped
 
-    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
-                                                evaluate_py="fast_evaluate.py")))
-    config = make_config(name="dry", topic="t", template=str(template.path), stages=3, runs_dir=runs_dir,
-                         tracking_uri=tracker.uri)
-    controller = create_session(config, template, tracker)
+    controller = fast_session(tmp_path, runs_dir, tracker, "dry", stages=3)
 
     class Dropping:
         name, chooses_parent = "dropping", True
@@ -121,11 +126,7 @@ def test_a_proposer_that_only_produces_dropped_proposals_stops_the_session(tmp_p
 def test_a_search_that_runs_dry_after_some_stages_still_scores_its_winner(tmp_path, runs_dir, tracker):
     from search.proposers import ProposalDropped
 
-    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
-                                                evaluate_py="fast_evaluate.py")))
-    config = make_config(name="dry2", topic="t", template=str(template.path), stages=4, runs_dir=runs_dir,
-                         tracking_uri=tracker.uri)
-    controller = create_session(config, template, tracker)
+    controller = fast_session(tmp_path, runs_dir, tracker, "dry2", stages=4)
     real = controller.parts.proposer
 
     class DryAfterOne:
