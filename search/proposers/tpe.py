@@ -103,7 +103,7 @@ class TpeProposer(BaseProposer):
         distributions = {name: param.distribution(*ranges.get(name, (None, None)))
                          for name, param in self.space.params.items()}
         rejected = (self.rejected,) if self.rejected else ()  # a person said no: draw something else
-        redrawn = (self.redraws[len(tree.nodes)],) if self.redraws.get(len(tree.nodes)) else ()  # so did a check
+        redrawn = (self.redraws_at(tree),) if self.redraws_at(tree) else ()  # so did a check
         reseed(self.study, self.seed, len(tree.nodes), attempt, *rejected, *redrawn)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
@@ -111,7 +111,7 @@ class TpeProposer(BaseProposer):
         return trial
 
     def uniform(self, ranges: dict[str, tuple[float, float]], fixed: dict[str, Any], tree: Tree) -> dict[str, Any]:
-        redraw = self.redraws.get(len(tree.nodes), 0)
+        redraw = self.redraws_at(tree)
         self.rng = random.Random(f"uniform:{self.seed}:{len(tree.nodes)}" + (f":{redraw}" if redraw else ""))
         values = self.space.sample(self.rng)
         for name, (low, high) in ranges.items():
@@ -132,6 +132,9 @@ class TpeProposer(BaseProposer):
 
     def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
         self.redraw(proposal)
+
+    def redraws_at(self, tree: Tree) -> int:
+        return self.redraws.get(len(tree.nodes), 0)
 
     def redraw(self, proposal: Proposal) -> None:
         """A check sent ``proposal`` back: the next draw at this node count must differ (the
