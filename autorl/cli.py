@@ -81,6 +81,7 @@ def research(
     max_depth: Optional[int] = option("max_depth", "--max-depth"),
     schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
     local_steps: bool = option("local_steps", "--local-steps/--no-local-steps"),
+    leaf_width: Optional[int] = option("leaf_width", "--leaf-width"),
     ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART", help=SessionConfig.model_fields["ablate"].description
                                                + " Repeat for several."),
     sandbox: str = option("sandbox", "--sandbox"),
@@ -122,7 +123,7 @@ def research(
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, local_steps=local_steps, ablate=tuple(ablate or ()),
+        strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, local_steps=local_steps, leaf_width=leaf_width, ablate=tuple(ablate or ()),
         sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory, parallel=parallel, trial_cpus=trial_cpus,
         executor=executor, ray_address=ray_address,
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),

@@ -83,6 +83,8 @@ class SessionConfig(BaseModel):
                                  "beyond noise.")
     max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path "
                                   "[default: a quarter of --stages, at least 3].")
+    leaf_width: int | None = Field(None, ge=1, description="Children a node one stage above the depth limit may "
+                                   "take before the tree grows another lineage [default: no limit].")
     local_steps: bool = Field(False, description="A child stage samples each float parameter within one step (a "
                               "quarter of its range) of its parent's value, not the whole space.")
     schedule_prior: bool = Field(False, description="Capacity (completion length, group size, steps) only grows "
@@ -205,7 +207,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
-    "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
+    "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
 }
 

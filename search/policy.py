@@ -23,6 +23,11 @@ Budget-aware: broad early, deep late. The exploration bonus shrinks with the sha
 the stage budget left, so the last stages go to the strongest nodes; and when fewer
 stages are left than a fresh first stage would need to be extended even once, the base
 model is no longer a candidate (a new root then cannot pay off).
+
+Leaf width (optional): a node one stage above the depth limit takes at most
+``leaf_width`` children. Without it, a long budget ends as best-of-many among one
+node's last stages, which buys little beyond the evaluation's noise (and invites the
+winner's curse); with it, the spare stages grow another lineage down to the limit.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from search.tree import Tree
 
 class BestFirstPolicy:
     def __init__(self, max_depth: int, exploration: float = 2.0, seed: int = 0, min_roots: int = 2,
-                 budget_aware: bool = True):
+                 budget_aware: bool = True, leaf_width: int | None = None):
         self.max_depth = max_depth
+        self.leaf_width = leaf_width
         self.budget_aware = budget_aware
         self.exploration = exploration  # in standard errors of the node's score
         self.min_roots = min_roots
@@ -44,7 +50,14 @@ class BestFirstPolicy:
 
     def candidates(self, tree: Tree) -> list[str | None]:
         """The base model (None) and every scored, healthy node that may get another stage."""
-        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy]
+        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy
+                         and not self.last_level_is_full(tree, n.id, n.depth)]
+
+    def last_level_is_full(self, tree: Tree, node_id: str, depth: int) -> bool:
+        """Whether a node whose children are leaves already has its ``leaf_width`` of them."""
+        if self.leaf_width is None or depth != self.max_depth - 1:
+            return False
+        return len(tree.children(node_id)) >= self.leaf_width
 
     def value(self, tree: Tree, node_id: str | None, share_left: float = 1.0) -> float:
         visits = len(tree.children(node_id))

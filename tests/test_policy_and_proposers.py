@@ -33,6 +33,18 @@ def test_policy_prefers_high_scores_and_respects_depth():
     assert "n002" not in BestFirstPolicy(max_depth=2).candidates(tree)
 
 
+def test_leaf_width_sends_the_spare_stages_to_another_lineage():
+    tree = sample_tree()  # max depth 3: n002 (depth 2) is one stage above the limit
+    for i in range(3):
+        scored(tree, f"leaf{i}", "n002", 0.69, depth=3)
+    assert BestFirstPolicy(max_depth=3, exploration=0.0).select(tree) == "n002"  # best-of-many goes on
+    assert BestFirstPolicy(max_depth=3, exploration=0.0, leaf_width=3).select(tree) == "n001"  # a second lineage
+    assert BestFirstPolicy(max_depth=3, exploration=0.0, leaf_width=4).select(tree) == "n002"
+    assert "n001" in BestFirstPolicy(max_depth=2, leaf_width=2).candidates(tree)  # one child of two
+    assert "n001" not in BestFirstPolicy(max_depth=2, leaf_width=1).candidates(tree)
+    assert "n002" in BestFirstPolicy(max_depth=4, leaf_width=1).candidates(tree)  # only the last level is capped
+
+
 def test_ties_are_broken_by_the_seed_reproducibly():
     tree = sample_tree()
     tree.nodes["n003"].val_score = 0.6  # n001 and n003: same score, error and visits, depth 1
