@@ -24,8 +24,8 @@ the stage budget left, so the last stages go to the strongest nodes; and when fe
 stages are left than a fresh first stage would need to be extended even once, the base
 model is no longer a candidate (a new root then cannot pay off).
 
-Leaf width (optional): a node one stage above the depth limit takes at most
-``leaf_width`` children. Without it, a long budget ends as best-of-many among one
+Leaf width: a node one stage above the depth limit takes at most ``leaf_width``
+children (None: no limit). Without it, a long budget ends as best-of-many among one
 node's last stages, which buys little beyond the evaluation's noise (and invites the
 winner's curse); with it, the spare stages grow another lineage down to the limit.
 """

@@ -76,3 +76,11 @@ def test_the_default_depth_grows_with_the_stage_budget(tmp_path, stages, depth):
     assert make_config(**base, stages=stages, max_depth=2).max_depth == 2  # a depth asked for is kept
     with pytest.raises(ConfigError, match="--max-depth"):
         make_config(**base, stages=stages, max_depth=0)
+
+
+def test_the_last_level_width_defaults_to_three_and_can_be_switched_off(tmp_path):
+    base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
+    assert make_config(**base).leaf_width == 3
+    assert make_config(**base, ablate=("leaf-width",)).ablate == ("leaf-width",)
+    with pytest.raises(ConfigError, match="--leaf-width"):
+        make_config(**base, leaf_width=0)
