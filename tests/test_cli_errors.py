@@ -50,6 +50,7 @@ def test_template_without_base_model(tmp_path):
     (["--max-llm-tokens", "-5"], "--max-llm-tokens: should be greater than or equal to 1"),
     (["--max-llm-cost", "0"], "--max-llm-cost: should be greater than 0"),
     (["--max-depth", "0"], "--max-depth: should be greater than or equal to 1"),
+    (["--leaf-width", "0"], "--leaf-width: should be greater than or equal to 1"),
     (["--name", "a/b"], "--name: bad session name"),
 ])
 def test_bad_options_are_refused_before_anything_is_created(tmp_path, args, fragment):
