@@ -1,7 +1,6 @@
 """The local executor: budgets, process groups, scrubbed environment, footers."""
 
 import os
-import subprocess
 import sys
 import time
 

@@ -3,7 +3,6 @@ and once through the real `autorl` command under a pseudo-terminal."""
 
 import json
 import os
-import sys
 import time
 
 import optuna
