@@ -81,7 +81,7 @@ def research(
     max_depth: Optional[int] = option("max_depth", "--max-depth"),
     schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
     local_steps: bool = option("local_steps", "--local-steps/--no-local-steps"),
-    leaf_width: int = option("leaf_width", "--leaf-width"),
+    leaf_width: Optional[int] = option("leaf_width", "--leaf-width"),
     ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART", help=SessionConfig.model_fields["ablate"].description
                                                + " Repeat for several."),
     sandbox: str = option("sandbox", "--sandbox"),

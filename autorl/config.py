@@ -25,7 +25,6 @@ SEARCH_PARTS = {
     "steering-step": "steering moves one step (a quarter of the range); off: anywhere up to the bound",
     "budget": "the budget-aware policy (broad early, deep late; no fresh root at the end)",
     "steering": "diagnosis steering of the next stage",
-    "leaf-width": "the last-level width (a node one stage above the depth limit takes at most --leaf-width children)",
 }
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -84,8 +83,8 @@ class SessionConfig(BaseModel):
                                  "beyond noise.")
     max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path "
                                   "[default: a quarter of --stages, at least 3].")
-    leaf_width: int = Field(3, ge=1, description="Children a node one stage above the depth limit may take "
-                            "before the tree grows another lineage.")
+    leaf_width: int | None = Field(None, ge=1, description="Children a node one stage above the depth limit may "
+                                   "take before the tree grows another lineage [default: no limit].")
     local_steps: bool = Field(False, description="A child stage samples each float parameter within one step (a "
                               "quarter of its range) of its parent's value, not the whole space.")
     schedule_prior: bool = Field(False, description="Capacity (completion length, group size, steps) only grows "

@@ -257,7 +257,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         ray=ray,
         policy=None if proposer.chooses_parent else BestFirstPolicy(
             config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
-            leaf_width=None if "leaf-width" in config.ablate else config.leaf_width),
+            leaf_width=config.leaf_width),
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
                       tree=tree, lock=stores.lock)

@@ -78,9 +78,9 @@ def test_the_default_depth_grows_with_the_stage_budget(tmp_path, stages, depth):
         make_config(**base, stages=stages, max_depth=0)
 
 
-def test_the_last_level_width_defaults_to_three_and_can_be_switched_off(tmp_path):
+def test_the_last_level_width_is_off_unless_asked_for(tmp_path):
     base = dict(name="s", topic="t", runs_dir=tmp_path, tracking_uri="sqlite:///x.db")
-    assert make_config(**base).leaf_width == 3
-    assert make_config(**base, ablate=("leaf-width",)).ablate == ("leaf-width",)
+    assert make_config(**base).leaf_width is None
+    assert make_config(**base, leaf_width=3).leaf_width == 3
     with pytest.raises(ConfigError, match="--leaf-width"):
         make_config(**base, leaf_width=0)
