@@ -27,8 +27,8 @@ model is no longer a candidate (a new root then cannot pay off).
 Leaf width (optional, off by default): a node one stage above the depth limit takes at
 most ``leaf_width`` children, so the spare stages of a long budget grow another lineage
 down to the limit instead of more siblings of one node. Measured level with no limit
-(benchmarks/results/search_ablation-arith-24-leaf-width.md): the siblings of the best
-node are where the best last stages were found about as often as in a second lineage.
+(benchmarks/results/search_ablation-arith-24-leaf-width.md): without it, the winner was
+often a late sibling at the last level, so those stages were not wasted.
 """
 
 from __future__ import annotations
