@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import random
 
-from search.tree import Tree
+from search.tree import Node, Tree
 
 
 class BestFirstPolicy:
@@ -52,13 +52,13 @@ class BestFirstPolicy:
     def candidates(self, tree: Tree) -> list[str | None]:
         """The base model (None) and every scored, healthy node that may get another stage."""
         return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy
-                         and not self.last_level_is_full(tree, n.id, n.depth)]
+                         and not self.last_level_is_full(tree, n)]
 
-    def last_level_is_full(self, tree: Tree, node_id: str, depth: int) -> bool:
+    def last_level_is_full(self, tree: Tree, node: Node) -> bool:
         """Whether a node whose children are leaves already has its ``leaf_width`` of them."""
-        if self.leaf_width is None or depth != self.max_depth - 1:
+        if self.leaf_width is None or node.depth != self.max_depth - 1:
             return False
-        return len(tree.children(node_id)) >= self.leaf_width
+        return len(tree.children(node.id)) >= self.leaf_width
 
     def value(self, tree: Tree, node_id: str | None, share_left: float = 1.0) -> float:
         visits = len(tree.children(node_id))

@@ -103,7 +103,8 @@ class TpeProposer(BaseProposer):
         distributions = {name: param.distribution(*ranges.get(name, (None, None)))
                          for name, param in self.space.params.items()}
         rejected = (self.rejected,) if self.rejected else ()  # a person said no: draw something else
-        redrawn = (self.redraws_at(tree),) if self.redraws_at(tree) else ()  # so did a check
+        redraw = self.redraws_at(tree)
+        redrawn = (redraw,) if redraw else ()  # so did a check
         reseed(self.study, self.seed, len(tree.nodes), attempt, *rejected, *redrawn)
         trial = self.study.ask(distributions)
         trial.set_user_attr("parent", parent or "base")
