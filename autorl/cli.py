@@ -204,7 +204,7 @@ def drive_tui(controller, runs: Path, tracker) -> None:
 def drive(controller, runs: Path, tracker) -> None:
     """Run a controller; Ctrl-C and SIGTERM stop it cleanly and say how to resume."""
     name = controller.config.name
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    stop_on_signals()
     try:
         controller.run()
     except KeyboardInterrupt:
@@ -217,6 +217,14 @@ def drive(controller, runs: Path, tracker) -> None:
         if controller.resumable:
             err_console.print(f"continue after fixing the cause:  autorl resume {name} --runs-dir {runs}")
         raise typer.Exit(1)
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM stop the session however it was started: a process
+    started as a background job (`nohup autorl research ... &`, cron, many schedulers)
+    inherits SIGINT as ignored, and Python then installs no handler of its own."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _raise_interrupt)
 
 
 def _raise_interrupt(signum, frame):

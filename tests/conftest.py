@@ -6,12 +6,16 @@ a temporary SQLite file, real git, real Optuna storage and real TRL on the tiny 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +117,41 @@ def tracker(runs_dir):
 
 def copy_model(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest)
+
+
+def ignore_sigint() -> None:
+    """preexec_fn: start a process the way a background job (`nohup cmd &`) or cron does,
+    with SIGINT ignored; only a handler of the process's own makes it stoppable by SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def releasing(nodes_dir: Path, hold: frozenset[str] = frozenset()):
+    """Let the stages of held_copy_train.py finish: a ``release`` file goes into every node
+    folder that appears, except those named in ``hold``, which stay mid-stage until the
+    block ends. Tests stop sessions at a known state this way, never after a sleep."""
+    done = threading.Event()
+
+    def release_all() -> None:
+        while not done.wait(0.05):
+            for node in nodes_dir.glob("n*"):
+                if node.name not in hold and not (node / "release").exists():
+                    (node / "release").touch()
+
+    thread = threading.Thread(target=release_all, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def wait_until(condition, what: str, timeout: float = 120, process: subprocess.Popen | None = None) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` (and the process's output if it died)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the process ended before {what}: {process.communicate()}")
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)

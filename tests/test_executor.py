@@ -4,6 +4,7 @@ import os
 import sys
 import time
 
+from conftest import wait_until
 from sandbox.executor import LocalExecutor, parse_footer, scrubbed_env
 
 
@@ -50,8 +51,7 @@ def test_budget_kills_the_whole_group(tmp_path):
     assert result.timed_out and "timed out" in result.failure_reason(2.0)
     assert time.monotonic() - started < 15
     child = int((tmp_path / "child.pid").read_text())
-    time.sleep(0.2)
-    assert not pid_alive(child)
+    wait_until(lambda: not pid_alive(child), "the budget's kill reaches the child", timeout=10)
 
 
 def test_secrets_do_not_reach_the_trial(tmp_path, monkeypatch):

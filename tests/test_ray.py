@@ -5,12 +5,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
 from autorl.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head
-from conftest import AUTORL, REPO, make_template, run_cli
+from conftest import AUTORL, REPO, ignore_sigint, make_template, run_cli, wait_until
 from test_parallel import intervals, most_at_once
 
 pytestmark = pytest.mark.slow
@@ -68,15 +67,15 @@ def test_a_killed_controller_follows_its_running_ray_jobs_on_resume(ray_head, sl
     assert len(job_states("rayk", runs_dir)) == 3  # one job per node: none was submitted twice
 
 
-def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, slow_template, runs_dir, tmp_path):
-    process = subprocess.Popen([*AUTORL, "research", "on ray", "--template", str(slow_template), "--stages", "9",
+def test_ctrl_c_stops_the_sessions_ray_jobs(ray_head, runs_dir, tmp_path):
+    """Started as a background job would be (SIGINT ignored); stopped while its first job is held mid-stage."""
+    template = make_template(tmp_path / "tpl", train_py="held_copy_train.py", evaluate_py="fast_evaluate.py")
+    process = subprocess.Popen([*AUTORL, "research", "on ray", "--template", str(template), "--stages", "9",
                                 "--executor", "ray", "--name", "rayc"], cwd=REPO, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, **RAY_ENV})
-    deadline = time.monotonic() + 120
-    while not (runs_dir / "sessions" / "rayc" / "nodes" / "n001" / "metrics.jsonl").exists():
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()
-        time.sleep(0.2)
+                               env={**os.environ, **RAY_ENV}, preexec_fn=ignore_sigint)
+    first = runs_dir / "sessions" / "rayc" / "nodes" / "n001" / "metrics.jsonl"
+    wait_until(first.exists, "the first Ray job starts training", process=process)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 130, out + err

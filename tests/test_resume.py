@@ -24,7 +24,7 @@ from autorl.config import make_config, prepare_runs_dir
 from autorl.session import create_session
 from autorl.report import list_sessions, show_session
 from autorl.tracking import Tracker
-from conftest import AUTORL, REPO, make_template, run_cli
+from conftest import AUTORL, REPO, ignore_sigint, make_template, releasing, run_cli, wait_until
 
 STAGES = 4
 ARGS = ["--stages", str(STAGES), "--seed", "3", "--name", "s"]
@@ -107,35 +107,35 @@ def test_killed_controller_resumes_to_the_same_tree(point, fast_template, refere
 
 def start_slow_session(template, name="slow", stages=3):
     return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", str(stages), "--name", name],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint)
 
 
 def wait_for(path, timeout=120):
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.2)
+    wait_until(path.exists, f"{path} appears", timeout)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_sigterm_and_ctrl_c_stop_cleanly_and_resume_finishes(sig, tmp_path, runs_dir):
-    template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
-    process = start_slow_session(template)
-    wait_for(runs_dir / "sessions" / "slow" / "nodes" / "n002" / "metrics.jsonl")
-    process.send_signal(sig)
-    out, err = process.communicate(timeout=60)
+    """Started as a background job would be (SIGINT ignored), stopped while n002 is held mid-stage."""
+    template = make_template(tmp_path / "tpl", train_py="held_copy_train.py", evaluate_py="fast_evaluate.py")
+    nodes = runs_dir / "sessions" / "slow" / "nodes"
+    with releasing(nodes, hold=frozenset({"n002"})):
+        process = start_slow_session(template)
+        wait_until((nodes / "n002" / "metrics.jsonl").exists, "n002 starts training", process=process)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=60)
     assert process.returncode == 130, out + err
     assert "autorl resume slow" in err
     data = read_back(runs_dir, "slow")
     assert data["status"] == "stopped" and [n["status"] for n in data["nodes"]] == ["succeeded", "interrupted"]
     assert data["nodes"][1]["mlflow_status"] == "KILLED"
-    deadline = time.monotonic() + 10
-    while subprocess.run(["pgrep", "-f", "slow_copy_train|nodes/n002/spec.json"], capture_output=True).stdout:
-        assert time.monotonic() < deadline, "the stopped trial survived the stop"
-        time.sleep(0.2)
+    wait_until(lambda: not subprocess.run(["pgrep", "-f", "held_copy_train|nodes/n002/spec.json"],
+                                          capture_output=True).stdout, "the stopped trial is gone", timeout=10)
 
-    resumed = run_cli("resume", "slow")
+    with releasing(nodes):
+        resumed = run_cli("resume", "slow")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     data = read_back(runs_dir, "slow")
     assert data["status"] == "finished" and [n["id"] for n in data["nodes"]] == ["n001", "n002", "n003"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
 from autorl.frozen import FrozenGuard, run_guarded
 from sandbox.warm import WorkerPlan
 from sandbox import (BwrapSandbox, GpuPool, Limits, Mounts, Sandbox, SandboxError, bwrap_works, choose_sandbox,
@@ -78,9 +79,8 @@ def no_stray_processes():
     yield
     while SANDBOXES:
         SANDBOXES.pop().stop_worker()
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True).stdout.split()
-    assert not left, f"processes survived the test: {left}"
+    wait_until(lambda: not subprocess.run(["pgrep", "-f", MARKER], capture_output=True).stdout,
+               "the test's processes are gone", timeout=10)
 
 
 @pytest.mark.parametrize("tier", TIERS)
@@ -237,7 +237,10 @@ def test_a_setsid_child_left_sleeping_does_not_survive(tier, layout):
                 open({str(pid_file)!r}, "w").write(str(os.getpid()))
                 os.execvp("sleep", ["sleep", "1000", {MARKER!r}])
             os._exit(0)
-        time.sleep(1)
+        for _ in range(600):  # until the grandchild has written its pid
+            if os.path.exists({str(pid_file)!r}) and open({str(pid_file)!r}).read():
+                break
+            time.sleep(0.05)
     """)
     assert result.ok and pid_file.exists()
     # the autouse fixture checks that `sleep 1000 <marker>` is gone
@@ -372,31 +375,36 @@ def test_a_warm_run_sees_only_its_own_folder_of_the_session(tier, layout):
 
 
 def run_while_killing_the_worker(sandbox, layout, attempts, retried):
-    """A run that takes 3 s; its worker is SIGKILLed (from outside) as soon as it starts."""
+    """A run held open until released; its worker is SIGKILLed (from outside) as soon as
+    it starts, and only then is the run released, so the kill lands mid-run by construction."""
     script = layout["workspace"] / "slow.py"
+    release = layout["run"] / "release"
     script.write_text(textwrap.dedent(f"""
-        import time
+        import os, time
         with open({str(attempts)!r}, "a") as handle:
             handle.write("attempt\\n")
-        time.sleep(3)
+        for _ in range(1200):
+            if os.path.exists({str(release)!r}):
+                break
+            time.sleep(0.05)
         print("---")
         print("status: ok")
     """))
     attempts.unlink(missing_ok=True)
+    release.unlink(missing_ok=True)
     if not sandbox.worker.alive():
         sandbox.worker.start()
     victim = sandbox.worker
 
     def kill_worker_once_started():
-        deadline = time.monotonic() + 60
-        while not attempts.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(attempts.exists, "the run starts", timeout=60)
         os.killpg(victim.process.pid, 9)
+        release.touch()
 
     killer = threading.Thread(target=kill_worker_once_started)
     killer.start()
     result = run_guarded(sandbox, layout["guard"], layout["pristine"], [sys.executable, str(script)],
-                         cwd=layout["run"], wall_seconds=60, env=scrubbed_env(layout["run"]),
+                         cwd=layout["run"], wall_seconds=120, env=scrubbed_env(layout["run"]),
                          mounts=Mounts(read_only=[layout["workspace"]], writable=[layout["run"]]),
                          on_retry=lambda: retried.append(True))
     killer.join()
