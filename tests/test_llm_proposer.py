@@ -23,9 +23,11 @@ TEMPLATE = templates.load("arith")
 
 
 def reply(parent="n001", edit=None, search=None, **values):
+    """A reply as the ``llm`` strategy's schema has it; ``search`` (hybrid only) when given."""
     hyperparameters = {**TEMPLATE.space.defaults(), "learning_rate": 1e-4, **values}
-    return json.dumps({"parent": parent, "hyperparameters": hyperparameters, "search": search or [],
-                       "edit": edit or [], "rationale": "reward still rising", "expected_effect": "+2 points"})
+    return json.dumps({"parent": parent, "hyperparameters": hyperparameters, "edit": edit or [],
+                       "rationale": "reward still rising", "expected_effect": "+2 points"}
+                      | ({"search": search} if search is not None else {}))
 
 
 @pytest.fixture
@@ -122,7 +124,7 @@ def test_still_invalid_after_two_repairs_is_dropped_and_counted(make_proposer, t
         assert proposer.dropped == 1 and len(server.llm.requests) == 3
         # The next proposal sees the drop in its feedback section.
         proposer.propose(tree, "n001")
-        assert "Feedback on earlier proposals" in server.llm.requests[3]["messages"][1]["content"]
+        assert "Feedback on your last proposal" in server.llm.requests[3]["messages"][1]["content"]
 
 
 def test_rate_limit_then_success(make_proposer, tree):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Protocol
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from search.context import ContextBuilder, prompt
+from search.context import ContextBuilder, PromptView, prompt
 from search.edits import EditBlock, apply_edit
 from search.errors import ProposalError
 from search.llm import LLMClient, LLMUnavailable
@@ -42,26 +42,32 @@ class SearchRange(BaseModel):
 
 
 class LLMReply(BaseModel):
-    """The JSON object the LLM must return."""
+    """The JSON object the ``llm`` strategy's LLM must return."""
 
     model_config = ConfigDict(extra="forbid")
 
     parent: str = Field(description="Node id to continue from, or 'base'.")
     hyperparameters: dict[str, Any]
-    search: list[SearchRange] = Field(default_factory=list)
     edit: list[EditBlock] = Field(default_factory=list)
     rationale: str
     expected_effect: str = ""
 
 
-def reply_schema(space: SearchSpace) -> dict:
-    """JSON schema of LLMReply for this space (strict: every key required, no extras)."""
+class HybridReply(LLMReply):
+    """The ``hybrid`` strategy's reply: also the ranges Optuna samples inside."""
+
+    search: list[SearchRange] = Field(default_factory=list)
+
+
+def reply_schema(space: SearchSpace, hybrid: bool = True) -> dict:
+    """JSON schema of the reply for this space and strategy (strict: every key required,
+    no extras); only ``hybrid`` has ``search``."""
     def value_schema(p):
         return {"enum": p.choices} if p.type == "categorical" else {"type": "integer" if p.type == "int" else "number"}
 
     numeric = [p.name for p in space.params.values() if p.type != "categorical"]
     string = {"type": "string"}
-    return {
+    schema = {
         "type": "object",
         "additionalProperties": False,
         "required": ["parent", "hyperparameters", "search", "edit", "rationale", "expected_effect"],
@@ -81,6 +87,10 @@ def reply_schema(space: SearchSpace) -> dict:
             "expected_effect": string,
         },
     }
+    if not hybrid:
+        schema["required"].remove("search")
+        del schema["properties"]["search"]
+    return schema
 
 
 def parse_json_object(text: str) -> dict:
@@ -121,6 +131,7 @@ class LLMProposer:
         hybrid: bool,
         budget_text: Callable[[], str] = lambda: "",
         notify: Callable[[str], None] = lambda text: None,
+        seed: int = 0,
     ):
         self.space = space
         self.client = client
@@ -131,8 +142,9 @@ class LLMProposer:
         self.hybrid = hybrid
         self.name = "hybrid" if hybrid else "llm"
         self.notify = notify
-        self.fallback = TpeProposer(space, study, start_with_defaults=False)
-        self.schema = reply_schema(space)
+        self.fallback = TpeProposer(space, study, start_with_defaults=False, seed=seed)  # also samples hybrid's ranges
+        self.schema = reply_schema(space, hybrid)
+        self.reply_model = HybridReply if hybrid else LLMReply
         self.feedback: list[str] = []
         self.dropped = 0
         self.consecutive_drops = 0
@@ -148,9 +160,9 @@ class LLMProposer:
             why = spent or f"{self.consecutive_drops} proposals in a row were invalid"
             self.consecutive_drops = 0
             return self._fallback(tree, parent, why)
-        train_py, commit = self.source_of(tree, parent)
-        messages = self.context.messages(tree, parent, self.expandable(tree), train_py, commit, self.budget_text(),
-                                         self.feedback, self.hybrid)
+        view = PromptView(suggested=parent, has_policy=True, expandable=self.expandable(tree),
+                          budget=self.budget_text(), feedback=self.feedback)
+        messages = self.context.messages(tree, view)
         self.attempts += 1
         for repair in range(MAX_REPAIRS + 1):
             try:
@@ -195,7 +207,7 @@ class LLMProposer:
         if truncated:
             raise ProposalError("the reply was cut off (length limit); reply with a shorter JSON object")
         try:
-            reply = LLMReply.model_validate(parse_json_object(content))
+            reply = self.reply_model.model_validate(parse_json_object(content))
         except ValidationError as exc:
             details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:5])
             raise ProposalError(f"the reply does not match the schema: {details}") from exc
@@ -206,8 +218,8 @@ class LLMProposer:
             source, _ = self.source_of(tree, parent)
             train_py = apply_edit(source, reply.edit)
         trial_number = None
-        if self.hybrid and reply.search:
-            trial_number, sampled = self.sample_ranges(reply.search, parent, tree)
+        if ranges := getattr(reply, "search", []):  # hybrid only
+            trial_number, sampled = self.sample_ranges(ranges, parent, tree)
             values = self.space.check({**values, **sampled})
         return Proposal(parent=parent, hyperparameters=values, rationale=reply.rationale,
                         expected_effect=reply.expected_effect, edit=reply.edit, train_py=train_py,
@@ -244,7 +256,9 @@ class LLMProposer:
     # -- learning -------------------------------------------------------------------------
 
     def observe(self, tree: Tree, node: Node) -> None:
+        """A stage has run: what was said about earlier proposals no longer applies."""
         record_node(self.study, self.space, tree, node)
+        self.feedback.clear()
 
     def withdraw(self, proposal: Proposal, reason: str | None = None) -> None:
         fail_trial(self.study, proposal.optuna_trial)

@@ -1,0 +1,175 @@
+"""What the LLM is shown, read back from the prompt itself, on hand-built trees.
+
+Each section is checked for what a researcher would look at: every candidate parent's
+exact values, score, paired comparison, diagnosis and curves, the diff of an edited
+parent, the depth limit and the nodes at it, failures, the noise, the budget; and the
+order that lets a provider cache the part that never changes.
+"""
+
+import json
+
+import pytest
+
+from autorl import template as templates
+from search import study as hpo
+from search.context import STATIC_END, ContextBuilder, Noise, PromptView, identical_prefix_share
+from search.errors import ProposalError
+from search.proposers.llm import LLMProposer, reply_schema
+from search.tree import Comparison, Finding, Node, Status, Tree
+
+TEMPLATE = templates.load("arith")
+DEFAULTS = TEMPLATE.space.defaults()
+DIFF = "--- a/train.py\n+++ b/train.py\n@@ -1 +1 @@\n-BATCH_SIZE = 64\n+BATCH_SIZE = 32\n"
+COLLAPSE = Finding("entropy_collapse", "critical", "entropy 1.20 -> 0.04 over steps 3-20", "raise the temperature",
+                   steps=(3, 20))
+
+
+def context(max_tokens=6000, hybrid=False, stage_sd=0.012):
+    return ContextBuilder(TEMPLATE.program, "beat 70%", TEMPLATE.space, max_tokens=max_tokens,
+                          curves=lambda node_id: f"- reward: start 0.41, end 0.63 (curve of {node_id})",
+                          train_py=(TEMPLATE.path / "train.py").read_text(),
+                          diff=lambda commit: DIFF if commit == "edited" else "",
+                          noise=Noise(stage_sd, "5 seeds, stage_spread") if stage_sd else Noise(),
+                          max_depth=3, hybrid=hybrid)
+
+
+def hand_built_tree() -> Tree:
+    tree = Tree(base_score=0.535, base_stderr=0.016)
+    tree.add(Node("n001", None, 1, {**DEFAULTS, "temperature": 0.96}, seed=1, proposer="llm", commit="root",
+                  status=Status.SUCCEEDED, val_score=0.601, val_stderr=0.015, steps=20,
+                  comparison=Comparison(0.066, 0.011, 1000, "better"), diagnosis=[COLLAPSE]))
+    tree.add(Node("n002", "n001", 2, DEFAULTS, seed=2, proposer="llm", commit="edited", edited=True,
+                  status=Status.SUCCEEDED, val_score=0.622, val_stderr=0.015, steps=20, rationale="halve the batch"))
+    tree.add(Node("n003", "n002", 3, DEFAULTS, seed=3, proposer="llm", commit="edited", status=Status.SUCCEEDED,
+                  val_score=0.650, val_stderr=0.015, steps=20))
+    tree.add(Node("n004", "n001", 2, DEFAULTS, seed=4, proposer="llm", commit="root", status=Status.FAILED,
+                  reason="the stage crashed: CUDA out of memory"))
+    return tree
+
+
+def user_prompt(tree, view=None, **kwargs) -> str:
+    view = view or PromptView(suggested="n002", has_policy=True, expandable=[None, "n001", "n002"],
+                              budget="3 of 8 stages spent")
+    return context(**kwargs).messages(tree, view)[1]["content"]
+
+
+def block(prompt: str, node_id: str) -> str:
+    start = prompt.index(f"## {node_id}")
+    end = prompt.find("\n## ", start + 1)
+    return prompt[start: end if end > 0 else None]
+
+
+def test_every_candidate_shows_its_values_score_comparison_diagnosis_and_curves():
+    prompt = user_prompt(hand_built_tree())
+    first = block(prompt, "n001")
+    assert "temperature=0.96" in first  # exact, not rounded to T=1
+    assert "validation: 0.601 ± 0.015" in first and "+0.066 ± 0.011 → better" in first
+    assert "entropy_collapse (critical): entropy 1.20 -> 0.04 over steps 3-20; try: raise the temperature" in first
+    assert "curve of n001" in first and "path: base → n001 (stage 1 of at most 3)" in first
+    assert "the tree policy's pick" in block(prompt, "n002") and "curve of n002" in block(prompt, "n002")
+    assert "## base" in prompt and "validation 0.535 ± 0.016" in block(prompt, "base")
+
+
+def test_an_edited_parent_shows_its_diff_and_the_tree_a_summary():
+    prompt = user_prompt(hand_built_tree())
+    assert "```diff\n" + DIFF.strip() + "\n```" in block(prompt, "n002")
+    tree_line = next(line for line in prompt.splitlines() if line.startswith("- n002 ← n001"))
+    assert "[edited train.py: +1/-1 lines, e.g. `BATCH_SIZE = 32`]" in tree_line
+    assert "train.py: the template's\n" in block(prompt, "n001") + "\n"
+
+
+def test_the_depth_limit_and_the_nodes_at_it_are_named():
+    prompt = user_prompt(hand_built_tree())
+    assert "A path has at most 3 stages" in prompt and "At the limit now: n003." in prompt
+    assert "Expandable: base, n001, n002." in prompt
+    assert "[at depth limit]" in next(line for line in prompt.splitlines() if line.startswith("- n003"))
+
+
+def test_failures_noise_budget_and_feedback_are_shown():
+    view = PromptView(suggested=None, has_policy=True, expandable=[None, "n001", "n002"],
+                      budget="3 of 8 stages spent", feedback=["your proposal nearly repeats n003"])
+    prompt = user_prompt(hand_built_tree(), view)
+    assert "- n004 ← n001 (stage 2): failed (the stage crashed: CUDA out of memory)" in prompt
+    assert "Budget: 3 of 8 stages spent" in prompt and "The tree policy picks **base**" in prompt
+    assert "sd 0.012 (5 seeds, stage_spread)" in prompt and "standard error is about 0.016" in prompt
+    assert "# Feedback on your last proposal\n\n- your proposal nearly repeats n003" in prompt
+    assert "not measured for this template" in user_prompt(hand_built_tree(), view, stage_sd=None)
+
+
+def test_the_guard_rule_and_the_strategy_task_are_stated():
+    system = context().messages(Tree(), PromptView(None, True, [None], ""))[0]["content"]
+    assert "within 5% of its range" in system and "at most 3 stages" in system
+    hybrid = user_prompt(hand_built_tree(), hybrid=True)
+    assert "TPE sampler (seeded by the session) draws one value" in hybrid
+    assert "`search`" not in user_prompt(hand_built_tree())
+
+
+def test_the_part_that_never_changes_comes_first():
+    tree = hand_built_tree()
+    earlier = Tree(base_score=0.535, base_stderr=0.016)
+    prompts = [user_prompt(earlier, PromptView(None, True, [None], "0 of 8 stages spent")), user_prompt(tree)]
+    static = [p[: p.index(STATIC_END)] for p in prompts]
+    assert static[0] == static[1] and "GRPOTrainer(" in static[0] and "# Research brief" in static[0]
+    assert "n001" not in static[1]
+    assert identical_prefix_share(prompts) > 0.6
+
+
+def test_a_large_tree_fits_the_token_budget_and_keeps_the_pick():
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    for i in range(1, 121):
+        parent = None if i <= 3 else f"n{(i - 1) // 3:03d}"
+        depth = 1 if parent is None else tree.nodes[parent].depth + 1
+        tree.add(Node(f"n{i:03d}", parent, depth, DEFAULTS, seed=i, proposer="llm", commit="edited", edited=True,
+                      status=Status.SUCCEEDED, val_score=0.5 + i / 1000, val_stderr=0.015, rationale="x" * 2000,
+                      diagnosis=[COLLAPSE] * 6))
+    view = PromptView(suggested="n002", has_policy=True, expandable=[None, "n002", "n120"], budget="120 of 200")
+    prompt = user_prompt(tree, view, max_tokens=3000)
+    assert len(prompt) <= 3000 * 4
+    assert "## n002 — the tree policy's pick" in prompt and "Reply with the JSON object now." in prompt
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_each_strategy_has_its_own_reply_schema(hybrid):
+    schema = reply_schema(TEMPLATE.space, hybrid)
+    assert ("search" in schema["properties"]) is hybrid
+    assert sorted(schema["required"]) == sorted(schema["properties"])  # strict: every key required
+
+
+def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
+    from search.llm import LLMClient, LLMSettings
+    from autorl.workspace import Workspace
+
+    proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
+                           context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
+                           max_depth=3, hybrid=False)
+    reply = {"parent": "base", "hyperparameters": DEFAULTS, "edit": [], "rationale": "r", "expected_effect": "",
+             "search": []}
+    with pytest.raises(ProposalError, match="search: Extra inputs are not permitted"):
+        proposer.validate(json.dumps(reply), Tree())
+
+
+def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
+    from search.llm import LLMClient, LLMSettings
+    from search.proposers.llm import SearchRange
+    from autorl.workspace import Workspace
+
+    drawn = []
+    for seed in (100, 101):
+        proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
+                               context(hybrid=True), hpo.open_study(tmp_path, f"s{seed}", seed=seed),
+                               Workspace.create(TEMPLATE, tmp_path / f"w{seed}"), max_depth=3, hybrid=True, seed=seed)
+        drawn.append(proposer.sample_ranges([SearchRange(name="learning_rate", low=1e-5, high=1e-4)], None, Tree())[1])
+    assert drawn[0] != drawn[1]
+
+
+def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
+    from search.llm import LLMClient, LLMSettings
+    from autorl.workspace import Workspace
+
+    proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
+                           context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
+                           max_depth=3, hybrid=False)
+    proposer.feedback.append("your proposal nearly repeats n001")
+    tree = hand_built_tree()
+    proposer.observe(tree, tree.nodes["n001"])
+    assert proposer.feedback == []
