@@ -107,6 +107,7 @@ def research(
     llm_timeout: float = option("llm_timeout_s", "--llm-timeout"),
     max_llm_tokens: Optional[int] = option("max_llm_tokens", "--max-llm-tokens"),
     max_llm_cost: Optional[float] = option("max_llm_cost", "--max-llm-cost"),
+    llm_reasoning_effort: Optional[str] = option("llm_reasoning_effort", "--llm-reasoning-effort"),
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
@@ -130,7 +131,7 @@ def research(
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
-        max_llm_cost=max_llm_cost,
+        max_llm_cost=max_llm_cost, llm_reasoning_effort=llm_reasoning_effort,
     )
     api_key = read_api_key(llm_key_file) if llm else None
     loaded = templates.load(template)

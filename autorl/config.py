@@ -6,7 +6,7 @@ import math
 import os
 import re
 import tempfile
-from typing import Any
+from typing import Any, Literal
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -118,6 +118,9 @@ class SessionConfig(BaseModel):
     llm_retries: int = Field(3, ge=0, le=20, description="Retries of a failed LLM request (429, 5xx, timeouts).")
     max_llm_tokens: int | None = Field(None, ge=1, description="Stop asking the LLM after this many tokens.")
     max_llm_cost: float | None = Field(None, gt=0, description="Stop asking the LLM after this many dollars.")
+    llm_reasoning_effort: Literal["low", "medium", "high"] | None = Field(
+        None, description="Reasoning effort of a reasoning model (low, medium or high) [default: not sent, the "
+                          "model's own].")
 
     @field_validator("topic")
     @classmethod
@@ -206,7 +209,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
-    "max_llm_cost": "--max-llm-cost", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
+    "max_llm_cost": "--max-llm-cost", "llm_reasoning_effort": "--llm-reasoning-effort", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
     "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
 }

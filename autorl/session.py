@@ -13,7 +13,7 @@ import secrets
 import shutil
 import time
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Callable
 
 from autorl import faults, remote_stage
@@ -37,7 +37,7 @@ from autorl.workers import worker_plan
 from autorl.workspace import Workspace
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox, select_gpus
 from search import study as optuna_study
-from search.context import ContextBuilder
+from search.context import ContextBuilder, Noise
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from search.policy import BestFirstPolicy
 from search.steering import STEP
@@ -87,15 +87,31 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
     settings = LLMSettings(
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
         max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost, seed=config.seed,
+        reasoning_effort=config.llm_reasoning_effort,
     )
-    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer)
+    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer,
+                       notify=notify)
     nodes = config.session_dir / "nodes"
-    context = ContextBuilder(template.program, config.topic, template.space,
-                             curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))))
-    return LLMProposer(
-        template.space, client, context, study, workspace=workspace,
-        max_depth=config.max_depth, hybrid=config.strategy == "hybrid", budget_text=budget.describe, notify=notify,
+    hybrid = config.strategy == "hybrid"
+    context = ContextBuilder(
+        template.program, config.topic, template.space,
+        curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))),
+        train_py=workspace.train_script_at(workspace.root_commit), diff=cache(workspace.diff_from_template),
+        noise=template_noise(template), max_depth=config.max_depth, hybrid=hybrid,
     )
+    return LLMProposer(
+        template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
+        budget_text=budget.describe, notify=notify, seed=seed,
+    )
+
+
+def template_noise(template: Template) -> Noise:
+    """The seed-to-seed spread of one stage, as the template states it (``[noise]`` in
+    env/constants.toml, measured with benchmarks/stage_spread.py), for the LLM's prompt."""
+    noise = template.constants.get("noise", {})
+    if "stage_sd" not in noise:
+        return Noise()
+    return Noise(float(noise["stage_sd"]), noise.get("source", "measured for this template"))
 
 
 @dataclass

@@ -1,9 +1,42 @@
 """The LLM client: any OpenAI-compatible endpoint through the ``openai`` package.
 
+What a request carries, and why:
+
+- ``max_completion_tokens``, not ``max_tokens``: OpenAI's reasoning models (o-series,
+  GPT-5) refuse ``max_tokens`` with HTTP 400 ("Use 'max_completion_tokens' instead"),
+  and every current OpenAI model takes the new name. A server that does not know it
+  (older vLLM or llama.cpp builds, Azure's older API versions: HTTP 400 naming it as
+  unsupported or unrecognized) gets ``max_tokens`` instead, for the rest of the session.
+- The cap: ``reply_tokens`` (2000: a proposal with an edit of ``train.py``) for a model
+  that does not reason; plus ``reasoning_allowance`` (6000) for one that does — an
+  OpenAI reasoning family by name (o1, o3, o4, GPT-5, gpt-oss), a set
+  ``reasoning_effort``, or a model whose replies reported reasoning tokens — because
+  hidden reasoning counts against the completion cap. Not 8000 for every model: a
+  local server that checks prompt + cap against its context (vLLM) would refuse it,
+  and a local model looping to 8000 tokens would outlast the request timeout where
+  stopping at 2000 gives a repairable cut-off reply. A reply that still comes back
+  empty with finish reason ``length`` (reasoning spent the cap) is asked again once
+  with twice the cap (``Usage.length_retries``); a second empty one is returned as it
+  is, and the proposer sends it back as cut off.
+- No ``temperature`` or ``top_p``: reasoning models refuse anything but the default.
+  A ``seed`` per request (accepted by OpenAI's models; see ``request_seed``), and
+  ``reasoning_effort`` only when the session sets it (``--llm-reasoning-effort``). A
+  server that refuses either by name gets requests without it from then on.
+- Structured output: the first request asks for ``json_schema`` (strict; the schema
+  must require every property and forbid others, as OpenAI's strict mode demands). A
+  server that refuses it (400 or 500 naming response_format, or any 400/500 before a
+  first reply; llama.cpp's server answers 500) gets the same request again with
+  ``{"type": "json_object", "schema": …}``, then with no response format (the schema
+  is in the prompt anyway). The format of the first reply is kept for the session.
+  No probe is sent: a schema-enforcing server could not answer a probe such as
+  "Reply with {}" under a schema that requires fields. Replies are always validated
+  locally anyway.
+- Every step-down is counted (``Usage.stepdowns``) and said once through ``notify``.
+
+Also:
+
 - Timeouts and retries are explicit (the SDK's timeout is per attempt; retries back
   off on 429, 5xx and timeouts).
-- Structured output is probed once: servers that enforce a JSON schema get one, the
-  others get the schema in the prompt. Replies are always validated locally anyway.
 - Every call's tokens (prompt, completion, cached, reasoning) and cost are counted and
   capped; replies are cached per session and key, so a repeated request (a resumed
   session) is not paid twice.
@@ -16,6 +49,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +58,14 @@ from typing import Any
 from search.errors import LLMSetupError
 
 PRICES_FILE = Path(__file__).with_name("llm_prices.toml")
+# Model names of OpenAI's reasoning families (with or without a provider prefix such as "openai/").
+REASONING_MODELS = re.compile(r"(^|/)(o\d|gpt-5|gpt-oss)", re.IGNORECASE)
+FORMATS = ("json_schema", "json_object", "none")  # the response formats, in the order they are tried
+CACHE_MODES = {"json_schema": True, "json_object": "json_object", "none": False}  # as older caches keyed them
+# Parameters a request can do without when a server refuses them by name (max_completion_tokens: as max_tokens).
+OPTIONAL_PARAMETERS = ("max_completion_tokens", "reasoning_effort", "seed")
+REFUSAL_WORDS = ("unsupported", "unrecognized", "not supported", "extra inputs", "extra_forbidden", "unknown",
+                 "not permitted", "unexpected")
 
 
 class LLMUnavailable(Exception):
@@ -39,7 +81,9 @@ class LLMSettings:
     max_retries: int = 3
     max_tokens: int | None = None
     max_cost: float | None = None
-    reply_tokens: int = 2000
+    reply_tokens: int = 2000  # the reply itself: a proposal with an edit of train.py
+    reasoning_allowance: int = 6000  # on top, for a model that reasons (hidden reasoning counts against the cap)
+    reasoning_effort: str | None = None  # sent only when set
     seed: int = 0  # with the request's step key, the per-request sampling seed
 
 
@@ -74,6 +118,8 @@ class Usage:
     reasoning_tokens: int = 0
     cost: float = 0.0
     cache_hits: int = 0
+    length_retries: int = 0  # replies empty at the cap (reasoning spent it), asked again with twice the cap
+    stepdowns: int = 0  # parameters or response formats a server refused, done without from then on
 
     @property
     def total_tokens(self) -> int:
@@ -120,9 +166,10 @@ class ReplyCache:
 
 class LLMClient:
     def __init__(self, settings: LLMSettings, cache: ReplyCache | None = None, prices: dict | None = None,
-                 tracer=None):
+                 tracer=None, notify=None):
         """``tracer(name)`` is a context manager yielding a span with set_inputs/set_outputs/
-        set_attributes (the application passes MLflow tracing); by default nothing is traced."""
+        set_attributes (the application passes MLflow tracing); by default nothing is traced.
+        ``notify(text)`` hears each step-down once."""
         from openai import OpenAI
 
         self.settings = settings
@@ -136,8 +183,13 @@ class LLMClient:
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
         )
-        self.structured: str | None = None  # the response format the server takes (probed once)
+        self.structured: str | None = None  # the response format the server took (known from its first reply)
+        self.token_parameter = "max_completion_tokens"  # max_tokens once a server refuses it
+        self.refused: set[str] = set()  # optional parameters the server refused
+        self.reasons = settings.reasoning_effort is not None or bool(REASONING_MODELS.search(settings.model))
         self.tracer = tracer or (lambda name: contextlib.nullcontext(_NoSpan()))
+        self.notify = notify or (lambda text: None)
+        self._told: set[str] = set()
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -171,23 +223,9 @@ class LLMClient:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def probe_structured_output(self, schema: dict) -> str:
-        """The response format the server takes, asked once per client: ``json_schema``
-        (OpenAI), ``json_object`` with the schema inside (llama.cpp answers HTTP 500 to
-        the first), or ``none`` (prompted JSON). Replies are validated locally whichever it is."""
-        if self.structured is None:
-            import openai
-
-            self.structured = "none"
-            for mode in ("json_schema", "json_object"):
-                try:
-                    self._create([{"role": "user", "content": "Reply with {}."}], self._format(mode, schema),
-                                 max_tokens=16, retries=0)
-                except (openai.APIError, openai.APIConnectionError):
-                    continue  # refused (400), or crashed on it (500): try the next, then plain prompting
-                self.structured = mode
-                break
-        return self.structured
+    def reply_cap(self) -> int:
+        """The completion-token cap of a request: the reply, plus room to reason for a model that does."""
+        return self.settings.reply_tokens + (self.settings.reasoning_allowance if self.reasons else 0)
 
     @staticmethod
     def _format(mode: str, schema: dict) -> dict | None:
@@ -203,33 +241,146 @@ class LLMClient:
         to the same prompt, so a repair or a second attempt would get the same mistake back."""
         return int(hashlib.sha256(f"{seed}:{step_key}".encode()).hexdigest()[:8], 16)
 
-    def _create(self, messages: list[dict], response_format: dict | None, max_tokens: int, seed: int | None = None,
-                retries: int | None = None):
-        kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages, "max_tokens": max_tokens}
-        if response_format:
+    def _request(self, messages: list[dict], mode: str, schema: dict, cap: int, seed: int | None) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": self.settings.model, "messages": messages, self.token_parameter: cap}
+        if response_format := self._format(mode, schema):
             kwargs["response_format"] = response_format
-        if seed is not None:
+        if seed is not None and "seed" not in self.refused:
             kwargs["seed"] = seed
+        if self.settings.reasoning_effort and "reasoning_effort" not in self.refused:
+            kwargs["reasoning_effort"] = self.settings.reasoning_effort
+        return kwargs
+
+    def _send(self, kwargs: dict[str, Any], retries: int | None = None):
         client = self.client if retries is None else self.client.with_options(max_retries=retries)
         response = client.chat.completions.create(**kwargs)
         return response, self._charge(response.usage)
+
+    @staticmethod
+    def _error_text(exc) -> str:
+        body = getattr(exc, "body", None)
+        message = body.get("message") if isinstance(body, dict) else None
+        return str(message if message is not None else getattr(exc, "message", exc)).lower()
+
+    @classmethod
+    def refused_parameter(cls, exc, kwargs: dict) -> str | None:
+        """The parameter of ``kwargs`` that an HTTP 400 refuses, among those we can do without."""
+        if getattr(exc, "status_code", None) not in (400, 422):
+            return None
+        candidates = [name for name in OPTIONAL_PARAMETERS if name in kwargs]
+        if getattr(exc, "param", None) in candidates:  # OpenAI names it
+            return exc.param
+        text = cls._error_text(exc)
+        if any(word in text for word in REFUSAL_WORDS):
+            for name in candidates:
+                if re.search(rf"\b{name}\b", text):
+                    return name
+        return None
+
+    @classmethod
+    def names_format(cls, exc) -> bool:
+        text = cls._error_text(exc)
+        return any(word in text for word in ("response_format", "json_schema", "json schema"))
+
+    def _tell(self, text: str) -> None:
+        if text not in self._told:
+            self._told.add(text)
+            self.notify(text)
+
+    def _do_without(self, name: str, exc) -> None:
+        """Step down from a refused parameter for the rest of the session."""
+        self.usage.stepdowns += 1
+        why = f"HTTP {exc.status_code}: {self._error_text(exc)[:120]}"
+        if name == "max_completion_tokens":
+            self.token_parameter = "max_tokens"
+            self._tell(f"the LLM endpoint refused max_completion_tokens ({why}): sending max_tokens instead")
+        else:
+            self.refused.add(name)
+            self._tell(f"the LLM endpoint refused {name} ({why}): sending requests without it")
+
+    def _step_down_format(self, mode: str, exc) -> str:
+        following = FORMATS[FORMATS.index(mode) + 1]
+        self.usage.stepdowns += 1
+        how = {"json_object": "json_object with the schema inside", "none": "the schema in the prompt only"}[following]
+        self._tell(f"the LLM endpoint refused response_format {mode} (HTTP {exc.status_code}): asking with {how}")
+        return following
+
+    def _call(self, messages: list[dict], schema: dict, seed: int | None) -> tuple[Any, dict[str, int], str]:
+        """Send one request, stepping down from what the server refuses, and once more with twice
+        the cap when a reply comes back empty at it. Returns the response, the usage of every
+        attempt together, and the response format that was taken."""
+        import openai
+
+        mode = self.structured or FORMATS[0]
+        cap = self.reply_cap()
+        retried_long = transient = False
+        total: dict[str, int] = {}
+        while True:
+            # Until a reply has come back, a structured format is tried without the SDK's retries: a server
+            # that cannot take it answers 400 or 500 at once, and a 500 should not be retried with back-off.
+            probing = self.structured is None and mode != FORMATS[-1]
+            retries = (self.settings.max_retries - 1 if transient else 0) if probing else None
+            kwargs = self._request(messages, mode, schema, cap, seed)
+            try:
+                response, usage = self._send(kwargs, retries)
+            except openai.APIStatusError as exc:
+                if name := self.refused_parameter(exc, kwargs):
+                    self._do_without(name, exc)
+                    continue
+                if mode != FORMATS[-1] and exc.status_code in (400, 500) and (probing or self.names_format(exc)):
+                    mode, transient = self._step_down_format(mode, exc), False
+                    continue
+                if probing and not transient and self.settings.max_retries > 0:
+                    transient = True  # 429, 502, …: the same request again, with the retries left
+                    continue
+                raise
+            except openai.APIConnectionError:  # timeouts too
+                if probing and not transient and self.settings.max_retries > 0:
+                    transient = True
+                    continue
+                raise
+            self.structured = mode
+            total = {key: total.get(key, 0) + value for key, value in usage.items()}
+            if usage["reasoning_tokens"]:
+                self.reasons = True
+            choice = response.choices[0] if response.choices else None
+            empty = not (choice and choice.message.content)
+            if empty and choice is not None and choice.finish_reason == "length" and not retried_long:
+                # Reasoning spent the whole cap before the reply began: once more with twice the room.
+                retried_long, self.reasons = True, True
+                self.usage.length_retries += 1
+                cap *= 2
+                continue
+            return response, total, mode
+
+    def _cache_request(self, messages: list[dict], mode: str) -> dict:
+        request = {"model": self.settings.model, "messages": messages, "structured": CACHE_MODES[mode]}
+        if self.settings.reasoning_effort:
+            request["reasoning_effort"] = self.settings.reasoning_effort
+        return request
+
+    def cached(self, messages: list[dict], step_key: str) -> dict | None:
+        """The cached reply to this request, under the response format the server takes; before that
+        is known (a resumed session), under any, and the format of the hit is taken as known."""
+        if not self.cache:
+            return None
+        for mode in [self.structured] if self.structured else FORMATS:
+            if hit := self.cache.get(ReplyCache.key(step_key, self._cache_request(messages, mode))):
+                self.structured = mode
+                return hit
+        return None
 
     def complete(self, messages: list[dict], schema: dict, step_key: str) -> dict:
         """One reply: ``{"content", "usage", "cached", "finish_reason"}``. Raises LLMUnavailable."""
         import openai
 
-        structured = self.probe_structured_output(schema)
-        cache_mode = {"json_schema": True, "none": False}.get(structured, structured)  # keys of older caches
-        request = {"model": self.settings.model, "messages": messages, "structured": cache_mode}
-        key = ReplyCache.key(step_key, request)
-        if self.cache and (hit := self.cache.get(key)):
+        if hit := self.cached(messages, step_key):
             self.usage.cache_hits += 1
             return {**hit, "cached": True}
         with self.tracer(f"propose {step_key}") as span:
-            span.set_inputs({"messages": messages, "model": self.settings.model, "structured": structured})
+            span.set_inputs({"messages": messages, "model": self.settings.model, "structured": self.structured})
             try:
-                response, usage = self._create(messages, self._format(structured, schema), self.settings.reply_tokens,
-                                               seed=self.request_seed(self.settings.seed, step_key))
+                response, usage, mode = self._call(messages, schema, self.request_seed(self.settings.seed, step_key))
             except (openai.APIError, openai.APIConnectionError) as exc:
                 span.set_attributes({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -240,9 +391,10 @@ class LLMClient:
                 "usage": usage,
             }
             span.set_outputs(reply)
-            span.set_attributes({**reply["usage"], "total_cost_usd": self.usage.cost})
+            span.set_attributes({**reply["usage"], "structured": mode, "token_parameter": self.token_parameter,
+                                 "total_cost_usd": self.usage.cost})
         if self.cache:
-            self.cache.put(key, reply)
+            self.cache.put(ReplyCache.key(step_key, self._cache_request(messages, mode)), reply)
         return {**reply, "cached": False}
 
 

@@ -1,9 +1,37 @@
 """A real OpenAI-compatible HTTP server on loopback with scripted replies.
 
 The tests drive the real ``openai`` client against it. Each scripted entry is one
-HTTP answer: a reply (content, finish reason, usage), an error status, or a delay.
-The structured-output probe (``max_tokens == 16``) is answered separately, so scripts
-only list the answers to real proposal requests.
+HTTP answer: a reply (content, finish reason, usage, reasoning tokens), an error
+status, or a delay. Before a request reaches the script it is checked the way the
+server it stands in for checks it, and refused with that server's status and error
+body; a refused request does not use up a scripted answer.
+
+``flavour``:
+
+- ``"openai"``: OpenAI with a chat model (gpt-4o-mini): only the documented
+  chat-completions parameters; ``max_tokens`` and ``max_completion_tokens`` both taken;
+  ``reasoning_effort`` refused (the model does not reason).
+- ``"openai-reasoning"``: OpenAI with a reasoning model (o-series, GPT-5): refuses
+  ``max_tokens`` with OpenAI's exact 400 body, ``temperature``/``top_p`` other than 1,
+  and ``reasoning_effort`` outside minimal/low/medium/high. Answers' ``reasoning_tokens``
+  count against the completion cap, as OpenAI's do: below them the reply is empty with
+  finish reason ``length``.
+- ``"legacy"``: an older server (vLLM, llama.cpp, Azure API versions of 2024) that
+  knows ``max_tokens`` only: ``max_completion_tokens`` and the other newer parameters
+  are "Unrecognized request argument supplied" (400).
+
+``supports_schema`` (the response format, independent of the flavour): True, OpenAI's
+``json_schema`` (a strict schema is checked for OpenAI's rules: every object has
+``additionalProperties: false`` and lists every property in ``required``); False,
+every ``response_format`` refused (400); ``"json_object"``, llama.cpp's server (HTTP 500
+on ``json_schema``, takes ``{"type": "json_object", "schema": …}``).
+
+``check_content``: under a strict ``json_schema`` the scripted content must conform to
+the schema (as the real server's would); one that does not is a mistake in the test,
+answered with a 500 and listed in ``violations``.
+
+``requests`` holds every request body received, refused ones included, in order;
+``refusals`` the (status, message) of each refusal.
 """
 
 from __future__ import annotations
@@ -15,6 +43,27 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# The top-level parameters of POST /v1/chat/completions that OpenAI documents.
+OPENAI_PARAMETERS = frozenset({
+    "model", "messages", "max_completion_tokens", "max_tokens", "response_format", "seed", "reasoning_effort",
+    "temperature", "top_p", "n", "stop", "stream", "tools", "tool_choice", "user", "metadata", "store", "logprobs",
+    "top_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "parallel_tool_calls", "service_tier",
+    "prediction", "modalities", "audio", "stream_options", "verbosity", "prompt_cache_key", "safety_identifier",
+})
+NEWER_PARAMETERS = frozenset({"max_completion_tokens", "reasoning_effort", "verbosity", "prompt_cache_key",
+                              "safety_identifier", "prediction", "modalities", "audio", "store", "metadata"})
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+FLAVOURS = ("openai", "openai-reasoning", "legacy")
+
+MAX_TOKENS_REFUSAL = {"error": {
+    "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+               "Use 'max_completion_tokens' instead.",
+    "type": "invalid_request_error", "param": "max_tokens", "code": "unsupported_parameter"}}
+
+
+def error(message: str, param: str | None = None, code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
 
 @dataclass
 class Answer:
@@ -23,18 +72,28 @@ class Answer:
     delay: float = 0.0
     finish_reason: str = "stop"
     prompt_tokens: int = 120
-    completion_tokens: int = 40
+    completion_tokens: int = 40  # the visible reply's tokens; reasoning tokens come on top
+    reasoning_tokens: int = 0
+    cached_tokens: int = 20
 
 
 @dataclass
 class ScriptedLLM:
+    flavour: str = "openai"
     # True: OpenAI's json_schema; False: refuses any response_format (HTTP 400);
     # "json_object": llama.cpp's server, HTTP 500 on json_schema, takes {"type": "json_object", "schema": …}
     supports_schema: bool | str = True
+    check_content: bool = False
     script: deque = field(default_factory=deque)
     requests: list = field(default_factory=list)
-    probes: int = 0
+    refusals: list = field(default_factory=list)
+    violations: list = field(default_factory=list)
     default: Answer | None = None
+    _refused_bodies: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        if self.flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {FLAVOURS}, got {self.flavour!r}")
 
     def add(self, *answers: Answer | str) -> "ScriptedLLM":
         for answer in answers:
@@ -45,6 +104,111 @@ class ScriptedLLM:
         if self.script:
             return self.script.popleft()
         return self.default or Answer(status=500, content="script exhausted")
+
+    @property
+    def answered(self) -> list[dict]:
+        """The requests that were not refused."""
+        refused = {id(body) for body in self._refused_bodies}
+        return [body for body in self.requests if id(body) not in refused]
+
+    # -- the server's checks ----------------------------------------------------------------
+
+    def refusal(self, body: dict) -> tuple[int, dict] | None:
+        """The (status, error body) this server answers ``body`` with, or None to answer it."""
+        allowed = OPENAI_PARAMETERS - NEWER_PARAMETERS if self.flavour == "legacy" else OPENAI_PARAMETERS
+        for name in body:
+            if name not in allowed:
+                return 400, error(f"Unrecognized request argument supplied: {name}")
+        for name in ("model", "messages"):
+            if name not in body:
+                return 400, error(f"Missing required parameter: '{name}'.", name, "missing_required_parameter")
+        if self.flavour == "openai-reasoning":
+            if "max_tokens" in body:
+                return 400, MAX_TOKENS_REFUSAL
+            for name in ("temperature", "top_p"):
+                if name in body and body[name] != 1:
+                    return 400, error(f"Unsupported value: '{name}' does not support {body[name]} with this model. "
+                                      "Only the default (1) value is supported.", name, "unsupported_value")
+            if "reasoning_effort" in body and body["reasoning_effort"] not in REASONING_EFFORTS:
+                return 400, error(f"Invalid value: '{body['reasoning_effort']}'. Supported values are: 'minimal', "
+                                  "'low', 'medium', and 'high'.", "reasoning_effort", "invalid_value")
+        elif self.flavour == "openai" and "reasoning_effort" in body:
+            return 400, error("Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+                              "reasoning_effort", "unsupported_parameter")
+        return self.format_refusal(body.get("response_format"))
+
+    def format_refusal(self, response_format: dict | None) -> tuple[int, dict] | None:
+        if response_format is None:
+            return None
+        kind = response_format.get("type")
+        if self.supports_schema == "json_object":
+            if kind == "json_object":
+                return None
+            return 500, {"error": {"message": "Internal Server Error: unsupported response_format", "code": 500}}
+        if self.supports_schema is not True:
+            return 400, error(f"response_format {kind} is not supported", "response_format")
+        if kind == "json_schema":
+            spec = response_format.get("json_schema") or {}
+            if not spec.get("name") or not isinstance(spec.get("schema"), dict):
+                return 400, error("Missing required parameter: 'response_format.json_schema.name'.",
+                                  "response_format.json_schema.name", "missing_required_parameter")
+            if spec.get("strict") and (problems := strict_schema_errors(spec["schema"])):
+                return 400, error(f"Invalid schema for response_format '{spec['name']}': {problems[0]}",
+                                  "response_format", "invalid_json_schema")
+        elif kind not in ("json_object", "text"):
+            return 400, error(f"Invalid value: '{kind}'. Supported values are: 'json_object', 'json_schema', and "
+                              "'text'.", "response_format.type", "invalid_value")
+        return None
+
+    def content_violation(self, body: dict, content: str) -> str | None:
+        spec = (body.get("response_format") or {}).get("json_schema") or {}
+        if not (self.check_content and spec.get("strict")):
+            return None
+        import jsonschema
+
+        try:
+            jsonschema.validate(json.loads(content), spec["schema"])
+        except (json.JSONDecodeError, jsonschema.ValidationError) as exc:
+            return f"scripted content does not conform to the strict schema: {str(exc).splitlines()[0]}"
+        return None
+
+    def reply_to(self, body: dict, answer: Answer) -> dict:
+        """The completion for ``answer``; reasoning tokens count against the completion cap."""
+        cap = body.get("max_completion_tokens", body.get("max_tokens"))
+        content, finish_reason = answer.content, answer.finish_reason
+        reasoning, visible = answer.reasoning_tokens, answer.completion_tokens
+        if cap is not None and reasoning + visible > cap:
+            finish_reason = "length"
+            kept = max(cap - reasoning, 0)
+            content = content[: len(content) * kept // max(visible, 1)]
+            reasoning, visible = min(reasoning, cap), kept
+        return completion(content, finish_reason, answer.prompt_tokens, reasoning + visible,
+                          cached_tokens=answer.cached_tokens, reasoning_tokens=reasoning)
+
+
+def strict_schema_errors(schema, context: tuple = ()) -> list[str]:
+    """What OpenAI's strict mode refuses in ``schema``: an object without
+    ``additionalProperties: false``, or with a property missing from ``required``."""
+    problems: list[str] = []
+    if not isinstance(schema, dict):
+        return problems
+    if schema.get("type") == "object" or "properties" in schema:
+        if schema.get("additionalProperties") is not False:
+            problems.append(f"In context={context}, 'additionalProperties' is required to be supplied and to be false.")
+        missing = [name for name in schema.get("properties", {}) if name not in schema.get("required", [])]
+        if missing:
+            problems.append(f"In context={context}, 'required' is required to be supplied and to be an array including "
+                            f"every key in properties. Missing '{missing[0]}'.")
+    for key, value in schema.items():
+        if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+            for name, sub in value.items():
+                problems += strict_schema_errors(sub, context + (key, name))
+        elif key == "items":
+            problems += strict_schema_errors(value, context + ("items",))
+        elif key in ("anyOf", "allOf", "oneOf") and isinstance(value, list):
+            for index, sub in enumerate(value):
+                problems += strict_schema_errors(sub, context + (key, str(index)))
+    return problems
 
 
 def make_handler(llm: ScriptedLLM):
@@ -62,46 +226,39 @@ def make_handler(llm: ScriptedLLM):
             self.end_headers()
             self.wfile.write(data)
 
-        def refusal(self, body: dict) -> tuple[int, str] | None:
-            kind = (body.get("response_format") or {}).get("type")
-            if kind is None or llm.supports_schema is True:
-                return None
-            if llm.supports_schema == "json_object":
-                return None if kind == "json_object" else (500, "Internal Server Error: unsupported response_format")
-            return 400, f"response_format {kind} is not supported"
-
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if refused := self.refusal(body):
-                if body.get("max_tokens") == 16:
-                    llm.probes += 1
-                return self.reply(refused[0], {"error": {"message": refused[1]}})
-            if body.get("max_tokens") == 16:  # the structured-output probe
-                llm.probes += 1
-                return self.reply(200, completion("{}", "stop", 5, 2))
             llm.requests.append(body)
+            if refused := llm.refusal(body):
+                llm._refused_bodies.append(body)
+                llm.refusals.append((refused[0], refused[1]["error"]["message"]))
+                return self.reply(*refused)
             answer = llm.next_answer()
             if answer.delay:
                 time.sleep(answer.delay)
             if answer.status != 200:
                 return self.reply(answer.status, {"error": {"message": answer.content or "error"}},
                                   {"retry-after-ms": "10"} if answer.status == 429 else None)
+            if violation := llm.content_violation(body, answer.content):
+                llm.violations.append(violation)
+                return self.reply(500, {"error": {"message": violation}})
             try:
-                self.reply(200, completion(answer.content, answer.finish_reason, answer.prompt_tokens,
-                                           answer.completion_tokens))
+                self.reply(200, llm.reply_to(body, answer))
             except (BrokenPipeError, ConnectionResetError):
                 pass
 
     return Handler
 
 
-def completion(content: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict:
+def completion(content: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+               cached_tokens: int = 20, reasoning_tokens: int = 0) -> dict:
     return {
         "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "scripted",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens,
-                  "prompt_tokens_details": {"cached_tokens": 20}},
+                  "prompt_tokens_details": {"cached_tokens": cached_tokens},
+                  "completion_tokens_details": {"reasoning_tokens": reasoning_tokens}},
     }
 
 

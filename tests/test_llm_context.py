@@ -173,3 +173,33 @@ def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
     tree = hand_built_tree()
     proposer.observe(tree, tree.nodes["n001"])
     assert proposer.feedback == []
+
+
+@pytest.mark.slow
+def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_path, runs_dir):
+    """3 stages of `--strategy llm` against the loopback server: the 2nd and 3rd requests carry
+    the earlier stages' curve summaries and diagnoses, read from the session's own records."""
+    from conftest import make_template, run_cli
+    from llm_server import LLMServer, ScriptedLLM
+
+    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+
+    def reply(parent, temperature):
+        return json.dumps({"parent": parent, "hyperparameters": {**DEFAULTS, "temperature": temperature}, "edit": [],
+                           "rationale": "test", "expected_effect": "none"})
+
+    llm = ScriptedLLM().add(reply("base", 0.9), reply("n001", 1.1), reply("n002", 0.8))
+    with LLMServer(llm) as server:
+        done = run_cli("research", "t", "--template", str(template), "--stages", "3", "--strategy", "llm",
+                       "--name", "seen", "--llm", "scripted", "--llm-base-url", server.url, "--llm-timeout", "5",
+                       env={"OPENAI_API_KEY": "sk-test"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(run_cli("show", "seen", "--json").stdout)
+    assert [n["proposer"] for n in data["nodes"]] == ["llm"] * 3 and [n["parent"] for n in data["nodes"]] == [None, "n001", "n002"]
+    prompts = [request["messages"][1]["content"] for request in llm.requests]
+    assert len(prompts) == 3 and "No stage has run yet." in prompts[0]
+    for later, node in ((prompts[1], "n001"), (prompts[2], "n002")):
+        shown = block(later, node)
+        assert "- curves of its stage:\n  - reward: start 0.5, end 0.5" in shown and "entropy: start 0.3" in shown
+        assert "- diagnosis:\n" in shown and "validation: " in shown
+    assert "At the limit now: n003" not in prompts[2] and "temperature=1.1" in block(prompts[2], "n002")

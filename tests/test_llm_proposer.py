@@ -78,8 +78,9 @@ def test_valid_proposal(make_proposer, tree):
     assert request["response_format"]["type"] == "json_schema"  # the server enforces schemas
     prompt = request["messages"][1]["content"]
     assert "beat 60%" in prompt and "n001" in prompt and "GRPOTrainer" in prompt and "learning_rate" in prompt
-    usage = proposer.client.usage  # the schema probe is a (tiny) paid call too
-    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (2, 125, 42, 40)
+    assert request["max_completion_tokens"] == 2000 and "max_tokens" not in request  # no probe: one call
+    usage = proposer.client.usage
+    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens) == (1, 120, 40, 20)
 
 
 def test_base_parent_and_edit_applied(make_proposer, tree, workspace):
@@ -116,6 +117,18 @@ def test_truncated_reply_is_repaired(make_proposer, tree):
     assert "cut off" in server.llm.requests[1]["messages"][-1]["content"]
 
 
+def test_a_reply_reasoning_left_empty_twice_goes_back_as_cut_off(make_proposer, tree):
+    llm = ScriptedLLM(flavour="openai-reasoning").add(
+        Answer(reply(), reasoning_tokens=5000), Answer(reply(), reasoning_tokens=5000), reply())
+    with LLMServer(llm) as server:
+        proposer = make_proposer(server)
+        proposal = proposer.propose(tree, "n001")
+    assert proposal.hyperparameters["learning_rate"] == 1e-4
+    # 2000, empty; twice that, still empty: returned, and sent back as cut off, with room to reason from then on
+    assert [r["max_completion_tokens"] for r in llm.requests] == [2000, 4000, 8000]
+    assert "cut off" in llm.requests[2]["messages"][-1]["content"] and proposer.client.usage.length_retries == 1
+
+
 def test_still_invalid_after_two_repairs_is_dropped_and_counted(make_proposer, tree):
     with serve("nope", "still nope", "{}", reply()) as server:
         proposer = make_proposer(server)
@@ -133,8 +146,13 @@ def test_rate_limit_then_success(make_proposer, tree):
     assert not proposal.rationale.startswith("optuna fallback") and len(server.llm.requests) == 2
 
 
-@pytest.mark.parametrize("failure", [Answer(delay=3.0, content=reply()), Answer(status=500, content="boom")])
-def test_timeouts_and_server_errors_fall_back_to_optuna(make_proposer, tree, failure):
+@pytest.mark.parametrize(("failure", "attempts"), [
+    (Answer(delay=3.0, content=reply()), 2),  # one attempt plus one retry
+    # Before a first reply a 500 may be the server refusing json_schema (llama.cpp): json_schema and json_object
+    # once each, then no response format with its retry. Nothing is remembered: the next call tries json_schema.
+    (Answer(status=500, content="boom"), 4),
+])
+def test_timeouts_and_server_errors_fall_back_to_optuna(make_proposer, tree, failure, attempts):
     llm = ScriptedLLM()
     llm.default = failure  # every request fails the same way: a timeout or a 500 storm
     with LLMServer(llm) as server:
@@ -142,7 +160,7 @@ def test_timeouts_and_server_errors_fall_back_to_optuna(make_proposer, tree, fai
         proposal = proposer.propose(tree, "n001")
     assert proposal.optuna_trial is not None and proposal.rationale.startswith("optuna fallback: LLM unavailable")
     assert any("proposing with optuna instead" in n for n in proposer.notices)
-    assert len(llm.requests) == 2  # one attempt plus one retry
+    assert len(llm.requests) == attempts and proposer.client.structured is None
 
 
 def test_token_budget_stops_asking(make_proposer, tree):
@@ -167,7 +185,9 @@ def test_cached_replies_are_not_paid_twice(make_proposer, tree):
 def test_prompted_json_when_the_server_has_no_schema_support(make_proposer, tree):
     with serve("```json\n" + reply() + "\n```", supports_schema=False) as server:
         proposal = make_proposer(server).propose(tree, "n001")
-    assert "response_format" not in server.llm.requests[0]
+    refused, taken = server.llm.requests[:-1], server.llm.requests[-1]
+    assert [r["response_format"]["type"] for r in refused] == ["json_schema", "json_object"]
+    assert "response_format" not in taken and all(r["messages"] == taken["messages"] for r in refused)
     assert proposal.parent == "n001"
 
 

@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
 from conftest import make_template, run_cli
-from llm_server import LLMServer, ScriptedLLM
+from llm_server import Answer, LLMServer, ScriptedLLM
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 
@@ -71,3 +71,39 @@ def test_hybrid_session_with_an_edit_a_dropped_proposal_and_a_secret(tmp_path, r
     for node in ("n001", "n002"):
         seen = (runs_dir / "sessions" / "llm" / "nodes" / node / "seen_env.json").read_text()
         assert "sk-very-secret-key" not in seen and "sk-env-secret" not in seen and "OPENAI" not in seen
+
+
+def llm_reply(parent, **values):
+    """A reply as the ``llm`` strategy's schema has it (no ``search``: that is hybrid's)."""
+    return json.dumps({"parent": parent, "hyperparameters": {**DEFAULTS, **values}, "edit": [],
+                       "rationale": "test the learning rate", "expected_effect": "higher reward"})
+
+
+def test_llm_session_against_an_openai_reasoning_model(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="env_dump_train.py", evaluate_py="fast_evaluate.py")
+    # As strict as OpenAI with o4-mini: max_tokens refused, the schema checked for strict mode and the
+    # replies checked against it; reasoning tokens count against the completion cap.
+    llm = ScriptedLLM(flavour="openai-reasoning", check_content=True).add(
+        Answer(llm_reply("base", learning_rate=2e-5), reasoning_tokens=3000),
+        Answer(llm_reply("n001", learning_rate=4e-5), reasoning_tokens=3000),
+    )
+    with LLMServer(llm) as server:
+        done = run_cli("research", "tune the learning rate", "--template", str(template), "--stages", "2",
+                       "--name", "reasoning", "--strategy", "llm", "--llm", "o4-mini", "--llm-base-url", server.url,
+                       "--llm-reasoning-effort", "low", "--llm-timeout", "5", env={"OPENAI_API_KEY": "sk-test"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "proposing with optuna instead" not in done.stdout + done.stderr
+    assert llm.refusals == [] and llm.violations == [] and len(llm.requests) == 2
+    for request in llm.requests:
+        assert request["max_completion_tokens"] == 8000 and "max_tokens" not in request
+        assert request["reasoning_effort"] == "low" and request["response_format"]["type"] == "json_schema"
+        assert "search" not in request["response_format"]["json_schema"]["schema"]["properties"]
+
+    data = json.loads(run_cli("show", "reasoning", "--json").stdout)
+    assert data["strategy"] == "llm" and data["status"] == "finished"
+    first, second = data["nodes"]
+    assert first["proposer"] == second["proposer"] == "llm"
+    assert first["parent"] is None and second["parent"] == "n001"
+    assert (first["hyperparameters"]["learning_rate"], second["hyperparameters"]["learning_rate"]) == (2e-5, 4e-5)
+    session = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}").get_run(data["mlflow_run_id"])
+    assert session.data.metrics["llm_reasoning_tokens"] == 6000 and session.data.metrics["llm_length_retries"] == 0
