@@ -8,6 +8,11 @@ from pathlib import Path
 
 KEY_CURVES = ("reward", "reward_std", "entropy", "kl", "completions/mean_length", "completions/clipped_ratio",
               "frac_reward_zero_std", "grad_norm")
+# TRL's bookkeeping keys: logged every step, rarely what a diagnosis or a proposal turns on.
+ROUTINE = {"step", "loss", "learning_rate", "num_tokens", "epoch", "step_time", "completions/min_length",
+           "completions/max_length", "completions/mean_terminated_length", "completions/min_terminated_length",
+           "completions/max_terminated_length", "train_runtime", "train_samples_per_second", "train_steps_per_second",
+           "train_loss", "total_flos"}
 
 
 def read_records(path: Path) -> list[dict]:
@@ -49,7 +54,23 @@ def summarise(values: list[float]) -> dict[str, float] | None:
             "nan_steps": len(values) - n}
 
 
-def summarise_curves(records: list[dict], keys: tuple[str, ...] = KEY_CURVES) -> dict[str, dict]:
+def curve_keys(records: list[dict]) -> tuple[str, ...]:
+    """The key curves, then every other number the stage logged beyond TRL's bookkeeping: the
+    template's own metrics (per-reward means, its exact zero-variance share) and any metric an
+    edit of train.py added, so a proposer sees whether a new term ever fired.
+
+    >>> curve_keys([{"reward": 1.0, "loss": 0.1, "rewards/format/mean": 0.2, "rewards/format/std": 0.0}])
+    ('reward', 'rewards/format/mean')
+    """
+    logged = dict.fromkeys(k for r in training_steps(records) for k, v in r.items() if isinstance(v, (int, float)))
+    extra = [k for k in logged if k not in KEY_CURVES and k not in ROUTINE and not k.startswith("clip_ratio/")
+             and not (k.startswith("rewards/") and k.endswith("/std"))]
+    return tuple(k for k in KEY_CURVES if k in logged) + tuple(extra)
+
+
+def summarise_curves(records: list[dict], keys: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """Summaries of ``keys`` (default: ``curve_keys`` of the records)."""
+    keys = curve_keys(records) if keys is None else keys
     return {key: s for key in keys if (s := summarise(series(records, key))) is not None}
 
 

@@ -203,3 +203,15 @@ def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_pa
         assert "- curves of its stage:\n  - reward: start 0.5, end 0.5" in shown and "entropy: start 0.3" in shown
         assert "- diagnosis:\n" in shown and "validation: " in shown
     assert "At the limit now: n003" not in prompts[2] and "temperature=1.1" in block(prompts[2], "n002")
+
+
+def test_the_example_prompt_in_the_docs_is_what_the_code_renders_now():
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    done = subprocess.run([sys.executable, "scripts/llm_prompt_example.py", "--check"], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, ("docs/llm-prompt.md is out of date: run scripts/llm_prompt_example.py"
+                                  + done.stderr[-2000:])
