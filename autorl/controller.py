@@ -527,7 +527,8 @@ class Controller:
 
     def diagnose(self, node: Node, outcome: StageOutcome) -> None:
         """Name what went wrong (or right) in this stage, against its parent on the same items."""
-        node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent)) if node.scored else None
+        node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent),
+                                            stage_sd=self.template.stage_sd) if node.scored else None
         self.reward_scale.learn(outcome.records)
         node.diagnosis = diagnose(outcome.records, node.comparison, self.reward_scale)
         node_dir = self.node_dir(node.id)

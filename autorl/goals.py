@@ -22,13 +22,14 @@ PERCENT = re.compile(r"(\d{1,3}(?:\.\d+)?)\s*(?:%|percent\b)")
 class Goals:
     target: float | None = None
     patience: int | None = None
+    stage_sd: float = 0.0  # the template's seed-to-seed spread of a stage: part of "beyond noise"
 
     def met(self, tree: Tree) -> str | None:
         """Why the session may stop now, or None."""
         best = tree.best()
         if self.target is not None and best is not None and best.val_score >= self.target:
             return f"target {self.target:g} reached: {best.id} scored {best.val_score:.3f} on validation"
-        if self.patience is not None and stages_without_gain(tree) >= self.patience:
+        if self.patience is not None and stages_without_gain(tree, self.stage_sd) >= self.patience:
             return f"no gain beyond noise in the last {self.patience} stages (--patience {self.patience})"
         return None
 
@@ -40,13 +41,14 @@ class Goals:
         return self.target - (best.val_score if best is not None else tree.base_score or 0.0)
 
 
-def stages_without_gain(tree: Tree) -> int:
-    """Stages since the last one that beat the best score so far beyond noise (the base
-    model's score is the first best)."""
+def stages_without_gain(tree: Tree, stage_sd: float = 0.0) -> int:
+    """Stages since the last one that beat the best score so far beyond noise: both scores'
+    evaluation errors and, with ``stage_sd``, training randomness (the base model's score
+    is the first best)."""
     best, best_stderr, since = tree.base_score, tree.base_stderr or 0.0, 0
     for node in tree.nodes.values():
         if node.scored and (best is None or node.val_score - best >
-                            NOISE_UNITS * math.hypot(best_stderr, node.val_stderr or 0.0)):
+                            NOISE_UNITS * math.hypot(best_stderr, node.val_stderr or 0.0, stage_sd)):
             best, best_stderr, since = node.val_score, node.val_stderr or 0.0, 0
         else:
             since += 1

@@ -80,7 +80,7 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
     tree = rebuild_tree(tracker, run)
     budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes),
-                    goals=Goals(config.target, config.patience))
+                    goals=Goals(config.target, config.patience, template.stage_sd))
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
     stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config, template), lock)

@@ -106,12 +106,10 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
 
 
 def template_noise(template: Template) -> Noise:
-    """The seed-to-seed spread of one stage, as the template states it (``[noise]`` in
-    env/constants.toml, measured with benchmarks/stage_spread.py), for the LLM's prompt."""
-    noise = template.constants.get("noise", {})
-    if "stage_sd" not in noise:
+    """The seed-to-seed spread of one stage, as the template states it, for the LLM's prompt."""
+    if not template.stage_sd:
         return Noise()
-    return Noise(float(noise["stage_sd"]), noise.get("source", "measured for this template"))
+    return Noise(template.stage_sd, template.stage_sd_source or "measured for this template")
 
 
 @dataclass
@@ -205,7 +203,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
-    budget = Budget(config.stages, config.time_budget_s, goals=Goals(config.target, config.patience))
+    budget = Budget(config.stages, config.time_budget_s, goals=Goals(config.target, config.patience, template.stage_sd))
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 

@@ -72,6 +72,16 @@ class Template:
         return float(reward["high"]) - float(reward["low"]) if reward else None
 
     @property
+    def stage_sd(self) -> float:
+        """The seed-to-seed spread of one stage's validation score (``[noise] stage_sd``,
+        measured with benchmarks/stage_spread.py); 0 when the template has not measured it."""
+        return float(self.constants.get("noise", {}).get("stage_sd", 0.0))
+
+    @property
+    def stage_sd_source(self) -> str:
+        return str(self.constants.get("noise", {}).get("source", ""))
+
+    @property
     def stage_wall_seconds(self) -> float:
         return float(self.constants["stage"]["wall_seconds"])
 
@@ -158,6 +168,11 @@ def read_constants(path: Path) -> dict:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high)) or not low < high:
             raise _broken(path, f"env/constants.toml: [reward] needs numbers low < high (the range of a completion's "
                                 f"total reward), got low = {low!r}, high = {high!r}; or leave [reward] out")
+    noise = constants.get("noise")
+    sd = noise.get("stage_sd") if isinstance(noise, dict) else None
+    if noise is not None and (isinstance(sd, bool) or not isinstance(sd, (int, float)) or not 0 <= sd < 1e6):
+        raise _broken(path, f"env/constants.toml: [noise] stage_sd = {sd!r} is not a non-negative number (the "
+                            "seed-to-seed spread of one stage's validation score); or leave [noise] out")
     return constants
 
 

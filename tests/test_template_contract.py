@@ -51,6 +51,9 @@ BROKEN = {
                                 "env/constants.toml lacks 'stage'"),
     "negative wall budget": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n[stage]\nwall_seconds = -1\n'),
                              "wall_seconds = -1 is not a positive number"),
+    "negative stage noise": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n[stage]\n'
+                                                         'wall_seconds = 9\n[noise]\nstage_sd = -0.1\n'),
+                             "[noise] stage_sd = -0.1 is not a non-negative number"),
     "base model folder missing": (remove("env/base_model"), "not found (no config.json)"),
     "empty config.json": (write("env/base_model/config.json", ""), "config.json is not valid JSON"),
     "config.json without model_type": (write("env/base_model/config.json", "{}"), "has no model_type"),
@@ -141,7 +144,7 @@ def test_extra_evaluator_numbers_are_kept_and_bad_ones_dropped():
 
 
 def test_extra_evaluator_numbers_reach_mlflow_and_the_proposers_context():
-    from search.context import node_line
+    from search.context import ContextBuilder
     from search.tree import Node, Status, Tree
 
     from autorl.records import node_metrics
@@ -149,4 +152,5 @@ def test_extra_evaluator_numbers_reach_mlflow_and_the_proposers_context():
     node = Node("n001", None, 1, {"learning_rate": 1e-5}, seed=1, proposer="tree", status=Status.SUCCEEDED,
                 val_score=0.6, val_stderr=0.02, eval_metrics={"format_rate": 0.93})
     assert node_metrics(node)["val_format_rate"] == 0.93
-    assert "format_rate 0.93" in node_line(Tree(base_score=0.5), node)
+    context = ContextBuilder("brief", "topic", templates.load("arith").space, curves=lambda node_id: "")
+    assert "format_rate 0.93" in context.node_line(Tree(base_score=0.5), node)
