@@ -1,7 +1,11 @@
-"""The session budget: stages trained and wall-clock seconds.
+"""The session budget: training compute (GRPO optimizer steps), stages and wall-clock seconds.
 
-A stage is charged when it is launched, whether it succeeds or not: a crash spent
-the compute too. Branching from a checkpoint costs one stage, not the whole path.
+Compute is the unit a proposer cannot game: a 40-step stage costs twice a 20-step one.
+A stage reserves the steps it plans when it is launched and is charged what it trained
+when it ends (a crash, the steps that ran before it). A proposal larger than what is
+left is shrunk to fit (its steps parameter set to the largest value the space allows
+within it); the session ends when not even the smallest stage fits. ``--stages`` stays a
+cap on the number of stages and ``--time`` on wall-clock seconds.
 """
 
 from __future__ import annotations
@@ -12,11 +16,21 @@ from dataclasses import dataclass, field
 from autorl.goals import Goals
 
 
+def session_budget(config, template, goals: Goals | None = None) -> "Budget":
+    """The budget a session's options give, for a template's stage lengths."""
+    return Budget(config.stages, config.time_budget_s, config.train_steps,
+                  min_stage_steps=template.stage_step_choices()[0], goals=goals or Goals())
+
+
 @dataclass
 class Budget:
-    max_stages: int
+    max_stages: int | None = None
     max_seconds: float | None = None
+    max_train_steps: int | None = None
+    min_stage_steps: int = 1  # the smallest stage the space allows: below it, nothing fits
     spent_stages: int = 0
+    spent_train_steps: int = 0  # trained by ended stages, plus what running ones reserved
+    reserved: dict[str, int] = field(default_factory=dict)  # node id -> steps reserved while it runs
     started: float = field(default_factory=time.monotonic)
     goals: Goals = field(default_factory=Goals)  # a target or patience may end the session sooner
 
@@ -28,16 +42,50 @@ class Budget:
     def seconds_left(self) -> float | None:
         return None if self.max_seconds is None else max(0.0, self.max_seconds - self.elapsed)
 
+    @property
+    def train_steps_left(self) -> int | None:
+        return None if self.max_train_steps is None else max(0, self.max_train_steps - self.spent_train_steps)
+
     def exhausted(self) -> str | None:
         """Why no further stage may start, or None."""
-        if self.spent_stages >= self.max_stages:
+        if self.max_stages is not None and self.spent_stages >= self.max_stages:
             return f"stage budget spent ({self.spent_stages}/{self.max_stages})"
+        left = self.train_steps_left
+        if left is not None and left < self.min_stage_steps:
+            return (f"training-step budget spent ({self.spent_train_steps}/{self.max_train_steps}; "
+                    f"the smallest stage takes {self.min_stage_steps})")
         if self.seconds_left is not None and self.seconds_left <= 0:
             return f"time budget spent ({self.max_seconds:.0f}s)"
         return None
 
-    def charge_stage(self) -> None:
+    def fits(self, steps: int) -> bool:
+        left = self.train_steps_left
+        return left is None or steps <= left
+
+    def charge_stage(self, node_id: str, planned_steps: int) -> None:
+        """A stage launches: one stage spent, its planned steps reserved."""
         self.spent_stages += 1
+        self.reserve(node_id, planned_steps)
+
+    def reserve(self, node_id: str, planned_steps: int) -> None:
+        self.reserved[node_id] = planned_steps
+        self.spent_train_steps += planned_steps
+
+    def settle(self, node_id: str, trained_steps: int) -> None:
+        """A stage ended: charge what it trained instead of what it reserved."""
+        self.spent_train_steps += trained_steps - self.reserved.pop(node_id, 0)
+
+    def stages_left(self, stage_steps: int) -> tuple[int | None, int | None]:
+        """Stages left and in all, counting a stage as ``stage_steps`` where the budget is
+        in steps (for the policy's broad-early, deep-late schedule); None without a cap."""
+        left, total = [], []
+        if self.max_stages is not None:
+            left.append(self.max_stages - self.spent_stages)
+            total.append(self.max_stages)
+        if self.max_train_steps is not None:
+            left.append((self.train_steps_left or 0) // max(1, stage_steps))
+            total.append(self.max_train_steps // max(1, stage_steps))
+        return (min(left), min(total)) if left else (None, None)
 
     def stage_wall_seconds(self, stage_limit: float) -> float:
         """A stage's wall budget: the template's limit, cut to the time the session has left."""
@@ -45,6 +93,12 @@ class Budget:
         return stage_limit if left is None else max(1.0, min(stage_limit, left))
 
     def describe(self) -> str:
-        left = self.seconds_left
-        text = f"{self.spent_stages} of {self.max_stages} stages spent"
-        return text + (f", {left:.0f}s of wall time left" if left is not None else "")
+        parts = []
+        if self.max_train_steps is not None:
+            parts.append(f"{self.spent_train_steps} of {self.max_train_steps} GRPO training steps spent "
+                         f"({self.train_steps_left} left)")
+        parts.append(f"{self.spent_stages} of {self.max_stages} stages" if self.max_stages is not None
+                     else f"{self.spent_stages} stages")
+        if (left := self.seconds_left) is not None:
+            parts.append(f"{left:.0f}s of wall time left")
+        return ", ".join(parts)

@@ -73,7 +73,8 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: 
 def research(
     topic: str = typer.Argument(..., help="The research question, e.g. 'reach 70% on 3-digit addition'."),
     template: str = option("template", "--template", "-t"),
-    stages: int = option("stages", "--stages", "-n"),
+    train_steps: Optional[int] = option("train_steps", "--train-steps"),
+    stages: Optional[int] = option("stages", "--stages", "-n"),
     time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
         None, "--strategy", help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
@@ -123,7 +124,8 @@ def research(
     strategy = strategy or ("hybrid" if llm else "tree")
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     config = make_config(
-        name=name or new_session_name(topic), topic=topic, template=template, stages=stages, time_budget_s=seconds,
+        name=name or new_session_name(topic), topic=topic, template=template, train_steps=train_steps, stages=stages,
+        time_budget_s=seconds,
         strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, local_steps=local_steps, leaf_width=leaf_width, ablate=tuple(ablate or ()),
         sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory, parallel=parallel, trial_cpus=trial_cpus,
         executor=executor, ray_address=ray_address,

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from autorl.errors import ConfigError
 
 STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid")
+DEFAULT_TRAIN_STEPS = 160  # 8 stages of 20 steps: a few minutes on a 2-core CPU with the built-in templates
+STEPS_PER_STAGE = 20  # a typical stage, to turn a step budget into a depth (the templates' default stage)
 MIN_DEPTH = 3  # the shallowest default --max-depth (it grows from 16 stages on)
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
@@ -73,7 +75,10 @@ class SessionConfig(BaseModel):
     name: str = Field(description="Session name, unique in the tracking store.")
     topic: str = Field(description="The research question, appended to the template's brief.")
     template: str = Field("arith", description="Built-in template name or a template folder.")
-    stages: int = Field(8, ge=1, description="Training stages the session may run in all.")
+    train_steps: int | None = Field(None, ge=1, description="GRPO training steps the session may spend across all "
+                                    f"stages: its compute budget [default: {DEFAULT_TRAIN_STEPS} when neither "
+                                    "--stages nor --time is given].")
+    stages: int | None = Field(None, ge=1, description="At most this many training stages.")
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
     strategy: str = Field("tree", description="How the next stage is proposed.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seed of the search (policy, sampler, trial seeds).")
@@ -183,8 +188,16 @@ class SessionConfig(BaseModel):
         up to 6 stages deep beat 3 by about 4 points for the tree, grid and greedy alike
         (benchmarks/results/search_efficiency-arith-24*.md)."""
         if isinstance(data, dict) and data.get("max_depth") is None:
-            stages = data.get("stages", 8)
+            stages = stage_equivalent(data)
             data = {**data, "max_depth": max(MIN_DEPTH, stages // 4) if isinstance(stages, int) else MIN_DEPTH}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _a_budget_by_default(cls, data: Any) -> Any:
+        """A session given no budget at all trains ``DEFAULT_TRAIN_STEPS`` GRPO steps."""
+        if isinstance(data, dict) and all(data.get(k) is None for k in ("train_steps", "stages", "time_budget_s")):
+            data = {**data, "train_steps": DEFAULT_TRAIN_STEPS}
         return data
 
     @model_validator(mode="after")
@@ -204,8 +217,18 @@ class SessionConfig(BaseModel):
         return self.runs_dir / "sessions" / self.name
 
 
+def stage_equivalent(data: dict) -> Any:
+    """The stages a budget pays for: ``--stages``, else the step budget in typical stages."""
+    stages, steps = data.get("stages"), data.get("train_steps")
+    if stages is None and steps is None and data.get("time_budget_s") is None:
+        steps = DEFAULT_TRAIN_STEPS
+    if stages is None and isinstance(steps, int):
+        return steps // STEPS_PER_STAGE
+    return stages if stages is not None else 8
+
+
 FLAGS = {  # config field -> the CLI option that sets it, so an error names what the user typed
-    "stages": "--stages", "time_budget_s": "--time", "strategy": "--strategy", "seed": "--seed",
+    "train_steps": "--train-steps", "stages": "--stages", "time_budget_s": "--time", "strategy": "--strategy", "seed": "--seed",
     "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
     "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",

@@ -178,9 +178,8 @@ class Controller:
         running stage to end)."""
         self.gate.wait_while_paused(while_waiting=self.handle_events)
         self.check_stop()
-        budget = self.budget
-        parent = self.parts.policy.select(self.tree, budget.max_stages - budget.spent_stages,
-                                          budget.max_stages) if self.parts.policy else None
+        stages_left, stages = self.budget.stages_left(self.template.stage_steps(self.template.space.defaults()))
+        parent = self.parts.policy.select(self.tree, stages_left, stages) if self.parts.policy else None
         try:
             proposal = self.parts.proposer.propose(self.tree, parent)
         except ProposalDeferred as exc:
@@ -215,11 +214,23 @@ class Controller:
                 self.reject(proposal, Decision("reject", f"edited values invalid: {exc}", None, decision.decided_by))
                 self.gate.settle(key)
                 return None
+        proposal = self.fit_to_budget(proposal)
         faults.point("proposal_accepted")
         node = self.create_node(proposal, decision)
         self.gate.settle(key)
-        self.budget.charge_stage()
+        self.budget.charge_stage(node.id, self.template.stage_steps(node.hyperparameters))
         return node
+
+    def fit_to_budget(self, proposal: Proposal) -> Proposal:
+        """A stage longer than the training steps left is shortened to fit, and says so
+        (``exhausted`` ends the session before no stage fits at all)."""
+        values = self.template.fit_steps(proposal.hyperparameters, self.budget.train_steps_left)
+        if values is None or values == proposal.hyperparameters:
+            return proposal
+        name = self.template.space.named("steps")
+        self.observer.message(f"{name} {proposal.hyperparameters[name]} → {values[name]}: shortened to the "
+                              f"{self.budget.train_steps_left} training steps left")
+        return proposal.model_copy(update={"hyperparameters": values})
 
     def proposal_diff(self, proposal: Proposal, parent: Node | None) -> str:
         return self.parts.workspace.diff_text(parent.commit if parent else None, proposal.train_py)
@@ -501,6 +512,7 @@ class Controller:
         for note in outcome.result.notes if outcome.result else []:
             self.observer.message(f"{node.id}: {note}")
         node.steps = max((int(r.get("step", 0)) for r in outcome.records), default=0)
+        self.budget.settle(node.id, node.steps)
         rewards = [r["reward"] for r in outcome.records if isinstance(r.get("reward"), (int, float))]
         node.train_reward = rewards[-1] if rewards else None
 
@@ -562,9 +574,13 @@ class Controller:
                                         "eval_validation.json", "eval_validation_stderr.log", "diagnosis.json")])
         tracker.set_tags(run_id, records.node_tags(node))
         tracker.end_node(run_id, failed=node.status == Status.FAILED)
-        tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed,
-                                                  "stages_spent": self.budget.spent_stages, **self.overhead()},
+        tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed, **self.spending()},
                             step=len(self.tree.nodes))
+
+    def spending(self) -> dict[str, float]:
+        """What the session has spent, as session-run metrics: stages, GRPO steps trained, overhead."""
+        trained = sum(n.steps for n in self.tree.nodes.values())
+        return {"stages_spent": self.budget.spent_stages, "train_steps_spent": trained, **self.overhead()}
 
     def overhead(self) -> dict[str, float]:
         """The share of the session's slot time (wall time × ``--parallel``) not spent in GRPO
@@ -613,8 +629,7 @@ class Controller:
         self.slots.close()  # running stages (a stop, a failure) kill their trials: resume trains them again
         self.deferred.drain()
         tracker = self.parts.tracker
-        tracker.log_metrics(self.session_run_id, {"stages_spent": self.budget.spent_stages,
-                                                  "session_seconds": self.budget.elapsed, **self.overhead()})
+        tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed, **self.spending()})
         for node in self.tree.nodes.values():
             if node.status == Status.RUNNING:  # cut short: `resume` trains it again
                 node.status = Status.INTERRUPTED

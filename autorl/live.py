@@ -75,9 +75,7 @@ class LiveView(Observer):
             parts.append(nodes_table(self.tree))
         status = Text()
         if self.budget is not None:
-            left = self.budget.seconds_left
-            status.append(f"stages {self.budget.spent_stages}/{self.budget.max_stages}  ")
-            status.append(f"elapsed {self.budget.elapsed:.0f}s" + (f" (left {left:.0f}s)  " if left is not None else "  "))
+            status.append(self.budget.describe() + f"  elapsed {self.budget.elapsed:.0f}s  ")
         if self.tree is not None:
             best = self.tree.best()
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")

@@ -47,6 +47,7 @@ def session_summary(run) -> dict[str, Any]:
         "productive_seconds": metrics.get("productive_seconds"),
         "overhead_share": metrics.get("overhead_share"),
         "stages_spent": int(metrics.get("stages_spent", 0)),
+        "train_steps_spent": int(metrics.get("train_steps_spent", 0)),
         "started": run.info.start_time,
         "mlflow_run_id": run.info.run_id,
         "counters": {k: v for k, v in metrics.items() if k.startswith("llm_") or k in COUNTERS},

@@ -17,7 +17,7 @@ import time
 
 from autorl import template as templates
 from autorl.approval import Gate
-from autorl.budget import Budget
+from autorl.budget import Budget, session_budget
 from autorl.goals import Goals
 from autorl.config import SessionConfig
 from autorl.controller import Controller
@@ -29,7 +29,7 @@ from autorl.records import node_from_run
 from autorl.session import CREATING, Stores, assemble, make_sandbox
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
-from search.tree import Tree
+from search.tree import Status, Tree
 
 
 def rebuild_tree(tracker: Tracker, session_run) -> Tree:
@@ -38,6 +38,17 @@ def rebuild_tree(tracker: Tracker, session_run) -> Tree:
     for run in tracker.node_runs(session_run.info.run_id):
         tree.add(node_from_run(run))
     return tree
+
+
+def restore_spending(budget: Budget, tree: Tree, template) -> None:
+    """What the session spent before the stop: every node launched is a stage; an ended
+    stage cost what it trained, one that will run again reserves what it plans."""
+    budget.spent_stages = len(tree.nodes)
+    for node in tree.nodes.values():
+        if node.status in (Status.SUCCEEDED, Status.FAILED):
+            budget.spent_train_steps += node.steps
+        else:
+            budget.reserve(node.id, template.stage_steps(node.hyperparameters))
 
 
 def stored_config(run) -> SessionConfig | None:
@@ -79,8 +90,8 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
     tree = rebuild_tree(tracker, run)
-    budget = Budget(config.stages, config.time_budget_s, spent_stages=len(tree.nodes),
-                    goals=Goals(config.target, config.patience, template.stage_sd))
+    budget = session_budget(config, template, Goals(config.target, config.patience, template.stage_sd))
+    restore_spending(budget, tree, template)
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)
     stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config, template), lock)

@@ -18,7 +18,7 @@ from typing import Callable
 
 from autorl import faults, remote_stage
 from autorl.approval import Gate
-from autorl.budget import Budget
+from autorl.budget import Budget, session_budget
 from autorl.goals import Goals
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
@@ -203,7 +203,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
-    budget = Budget(config.stages, config.time_budget_s, goals=Goals(config.target, config.patience, template.stage_sd))
+    budget = session_budget(config, template, Goals(config.target, config.patience, template.stage_sd))
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 

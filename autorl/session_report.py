@@ -29,7 +29,8 @@ def best_path_nodes(data: dict) -> list[dict]:
 
 def summary_lines(data: dict) -> list[str]:
     best = data.get("best")
-    spent = f"{data['stages_spent']} stages in {(data.get('seconds') or 0) / 60:.1f} min"
+    spent = (f"{data['stages_spent']} stages, {data.get('train_steps_spent', 0)} GRPO training steps in "
+             f"{(data.get('seconds') or 0) / 60:.1f} min")
     lines = [f"**Topic:** {data.get('topic')}",
              f"**Template:** `{data.get('template')}` · **strategy:** `{data.get('strategy')}` · {spent}",
              f"**Status:** {data.get('status')} — {data.get('reason') or ''}"]

@@ -65,6 +65,28 @@ class Template:
         name = self.space.named("steps")
         return int(hyperparameters[name]) if name else int(self.constants["stage"]["max_steps"])
 
+    def stage_step_choices(self) -> list[int]:
+        """Every stage length the space allows (the fixed one where constants set it)."""
+        name = self.space.named("steps")
+        if not name:
+            return [int(self.constants["stage"]["max_steps"])]
+        param = self.space.params[name]
+        if param.type == "categorical":
+            return sorted(int(c) for c in param.choices)
+        return list(range(int(param.low), int(param.high) + 1))
+
+    def fit_steps(self, hyperparameters: dict, steps_left: int | None) -> dict | None:
+        """``hyperparameters`` with the stage shortened to fit ``steps_left`` GRPO steps (the
+        longest stage the space allows within it); unchanged when it fits; None when no
+        stage fits."""
+        if steps_left is None or self.stage_steps(hyperparameters) <= steps_left:
+            return hyperparameters
+        name = self.space.named("steps")
+        fitting = [s for s in self.stage_step_choices() if s <= steps_left]
+        if not name or not fitting:
+            return None
+        return {**hyperparameters, name: type(hyperparameters[name])(fitting[-1])}
+
     @property
     def reward_width(self) -> float | None:
         """high - low of ``[reward]`` in env/constants.toml, when the template declares it."""

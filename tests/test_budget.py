@@ -1,0 +1,62 @@
+"""The budget is training compute: a stage costs the GRPO steps it trained, a proposal
+larger than what is left is shortened to fit, and the session ends when none fits."""
+
+import json
+
+import pytest
+
+from autorl import template as templates
+from autorl.budget import Budget
+from autorl.config import DEFAULT_TRAIN_STEPS, make_config
+from conftest import make_template, run_cli
+
+ARITH = templates.load("arith")
+
+
+def test_a_stage_reserves_what_it_plans_and_is_charged_what_it_trained():
+    budget = Budget(max_train_steps=60, min_stage_steps=10)
+    budget.charge_stage("n001", 40)
+    assert budget.train_steps_left == 20 and budget.exhausted() is None
+    budget.settle("n001", 13)  # crashed after 13 steps
+    assert budget.spent_train_steps == 13 and budget.train_steps_left == 47
+    budget.charge_stage("n002", 40)
+    budget.settle("n002", 40)
+    assert budget.train_steps_left == 7 and "training-step budget spent (53/60" in budget.exhausted()
+    assert budget.describe().startswith("53 of 60 GRPO training steps spent (7 left), 2 stages")
+
+
+def test_the_stage_cap_and_the_step_budget_both_hold():
+    budget = Budget(max_stages=2, max_train_steps=1000)
+    budget.charge_stage("n001", 10)
+    budget.charge_stage("n002", 10)
+    assert budget.exhausted() == "stage budget spent (2/2)"
+    assert Budget(max_stages=8, max_train_steps=100).stages_left(20) == (5, 5)
+
+
+def test_a_long_proposal_is_shortened_to_the_longest_stage_that_fits():
+    values = {**ARITH.space.defaults(), "max_steps": 40}
+    assert ARITH.fit_steps(values, 100) == values
+    assert ARITH.fit_steps(values, 25)["max_steps"] == 20
+    assert ARITH.fit_steps(values, 9) is None  # the shortest stage is 10 steps
+    assert ARITH.stage_step_choices() == [10, 20, 40]
+
+
+def test_a_session_without_a_budget_gets_the_default_step_budget(tmp_path):
+    config = make_config(name="s", topic="t", runs_dir=tmp_path, tracking_uri="x")
+    assert (config.train_steps, config.stages) == (DEFAULT_TRAIN_STEPS, None) and config.max_depth == 3
+    capped = make_config(name="s", topic="t", stages=24, runs_dir=tmp_path, tracking_uri="x")
+    assert capped.train_steps is None and capped.max_depth == 6
+
+
+@pytest.mark.slow
+def test_a_session_trains_at_most_its_step_budget(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="steps_train.py", evaluate_py="fast_evaluate.py",
+                             space={"max_steps": "[40, 10, 20]"})
+    done = run_cli("research", "t", "--template", str(template), "--train-steps", "60", "--stages", "20",
+                   "--name", "steps")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(run_cli("show", "steps", "--json").stdout)
+    trained = sum(n["steps"] for n in data["nodes"])
+    assert data["train_steps_spent"] == trained and 60 - 40 <= trained <= 60
+    assert data["nodes"][0]["steps"] == 40 and "training-step budget spent" in data["reason"]
+    assert all(n["steps"] == n["hyperparameters"]["max_steps"] for n in data["nodes"])
