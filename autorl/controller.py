@@ -43,6 +43,7 @@ from autorl.template import Template
 from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
+from search.importance import param_importance
 from search.policy import BestFirstPolicy
 from search.errors import ProposalError
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped, Proposer
@@ -577,6 +578,13 @@ class Controller:
         tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed, **self.spending()},
                             step=len(self.tree.nodes))
 
+    def record_importance(self) -> None:
+        """Which knobs mattered in this session (search/importance.py): a session tag, and a line."""
+        found = param_importance(self.tree, self.template.space, self.config.seed)
+        if found is not None:
+            self.parts.tracker.set_tags(self.session_run_id, {"autorl.importance": json.dumps(found)})
+            self.observer.message("what mattered: " + ", ".join(f"{n} {s:.0%}" for n, s in found.items()))
+
     def spending(self) -> dict[str, float]:
         """What the session has spent, as session-run metrics: stages, GRPO steps trained, overhead."""
         trained = sum(n.steps for n in self.tree.nodes.values())
@@ -629,6 +637,7 @@ class Controller:
         self.slots.close()  # running stages (a stop, a failure) kill their trials: resume trains them again
         self.deferred.drain()
         tracker = self.parts.tracker
+        self.record_importance()
         tracker.log_metrics(self.session_run_id, {"session_seconds": self.budget.elapsed, **self.spending()})
         for node in self.tree.nodes.values():
             if node.status == Status.RUNNING:  # cut short: `resume` trains it again

@@ -155,3 +155,20 @@ def val_test_gap(data: dict, path: Path) -> Path | None:
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path
+
+
+def importance(data: dict, path: Path) -> Path | None:
+    """Each parameter's share of the variance of a stage's gain (fANOVA), as horizontal bars."""
+    shares = data.get("importance")
+    if not shares:
+        return None
+    plt = pyplot()
+    names = list(shares)[::-1]
+    figure, axis = plt.subplots(figsize=(5, 0.35 * len(names) + 1.0), constrained_layout=True)
+    axis.barh(names, [shares[n] for n in names], color="#4c72b0")
+    axis.set_xlim(0, 1)
+    axis.set_xlabel("share of the gain's variance (fANOVA)")
+    axis.grid(axis="x", alpha=0.3)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path

@@ -51,6 +51,7 @@ def session_summary(run) -> dict[str, Any]:
         "started": run.info.start_time,
         "mlflow_run_id": run.info.run_id,
         "counters": {k: v for k, v in metrics.items() if k.startswith("llm_") or k in COUNTERS},
+        "importance": json.loads(tags.get("autorl.importance") or "null"),
     }
 
 

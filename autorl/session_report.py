@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 from autorl import figures
+from search.importance import MIN_STAGES
 from search.tree import schedule_text
 
 
@@ -90,6 +91,14 @@ def usage_lines(data: dict) -> list[str]:
     return lines
 
 
+def importance_lines(data: dict) -> list[str]:
+    importance = data.get("importance")
+    if not importance:
+        return [f"Not estimated: fewer than {MIN_STAGES} stages were scored against a scored parent.", ""]
+    return ["Each parameter's share of the variance of a stage's gain over its parent (Optuna's fANOVA over the "
+            "session's scored stages; with few stages, a rough guide).", ""]
+
+
 def build_markdown(data: dict, images: dict[str, Path | None], diff: str) -> str:
     def image(key: str, caption: str) -> list[str]:
         return [f"![{caption}]({images[key].name})", ""] if images.get(key) else []
@@ -100,6 +109,7 @@ def build_markdown(data: dict, images: dict[str, Path | None], diff: str) -> str
              "## The search tree", "", *image("tree", "search tree"),
              "## The winning schedule", "", *schedule_table(best_path_nodes(data)), "",
              *image("schedule", "winning schedule"),
+             "## Which knobs mattered", "", *importance_lines(data), *image("importance", "parameter importance"),
              "## Validation and test", "", *image("gap", "validation and test"),
              "The test split is scored once, at the end, for the winner and the base model only.", "",
              "## What diagnosis found", "", *findings_table(data), "",
@@ -167,6 +177,7 @@ def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
         "tree": figures.tree(data, folder / "tree.png"),
         "schedule": figures.schedule(path_nodes, folder / "schedule.png"),
         "gap": figures.val_test_gap(data, folder / "val_test.png"),
+        "importance": figures.importance(data, folder / "importance.png"),
     }
     best = data.get("best")
     diff_file = session_dir / "nodes" / best["id"] / "train_py.diff" if best else None

@@ -24,6 +24,7 @@ from pathlib import Path
 from string import Template as Text
 from typing import Callable
 
+from search.importance import importance_text, param_importance
 from search.novelty import TOLERANCE
 from search.space import SearchSpace
 from search.tree import Node, Status, Tree, findings_text
@@ -215,8 +216,9 @@ class ContextBuilder:
                 "any expandable node)." if view.has_policy else "No policy picks for you: choose the parent yourself.")
         feedback = ("\n\n# Feedback on your last proposal\n\n" + "\n".join(f"- {f}" for f in view.feedback[-5:])
                     if view.feedback else "")
+        mattered = importance_text(param_importance(tree, self.space), len(tree.scored()))
         return prompt(
-            "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree),
+            "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), pick=pick, expandable=expandable,
             candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",
             feedback=feedback,

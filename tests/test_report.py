@@ -17,11 +17,11 @@ pytestmark = pytest.mark.slow  # a whole CLI session in a subprocess
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """A 4-stage session with the stand-in experiment (fast), its runs directory and data."""
+    """A 6-stage session with the stand-in experiment (fast), its runs directory and data."""
     root = tmp_path_factory.mktemp("report")
     runs = root / "runs"
     template = make_template(root / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
-    done = run_cli("research", "report me", "--template", str(template), "--stages", "4", "--name", "morning",
+    done = run_cli("research", "report me", "--template", str(template), "--stages", "6", "--name", "morning",
                    "--runs-dir", str(runs))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "report: " in done.stdout
@@ -32,15 +32,18 @@ def finished(tmp_path_factory):
 def test_a_finished_session_has_its_report_with_every_figure(finished):
     runs, data = finished
     folder = runs / "sessions" / "morning" / "report"
-    for name in ("report.md", "report.html", "progress.png", "tree.png", "schedule.png", "val_test.png"):
+    for name in ("report.md", "report.html", "progress.png", "tree.png", "schedule.png", "val_test.png",
+                 "importance.png"):
         assert (folder / name).is_file(), name
     markdown = (folder / "report.md").read_text()
     best = data["best"]
+    assert set(data["importance"]) <= set(data["nodes"][0]["hyperparameters"]) and data["importance"]
+    assert abs(sum(data["importance"].values()) - 1) < 1e-6 and "## Which knobs mattered" in markdown
     assert f"**Winner:** {best['id']}" in markdown and f"{best['val_score']:.3f}" in markdown
     assert data["mlflow_run_id"] in markdown and all(n["mlflow_run_id"] in markdown for n in data["nodes"])
     page = (folder / "report.html").read_text()
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 4 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
+    assert len(images) == 5 and all(base64.b64decode(i).startswith(b"\x89PNG") for i in images)
 
 
 def test_the_report_is_logged_to_mlflow_and_nodes_are_named_by_their_path(finished):

@@ -111,7 +111,6 @@ def build_config(spec: dict, constants: dict, hw: dict) -> GRPOConfig:
         num_generations=hp["num_generations"],
         max_completion_length=hp["max_completion_length"],
         loss_type=hp["loss_type"],
-        epsilon=hp["epsilon"],
         max_steps=spec["max_steps"],
         per_device_train_batch_size=constants["stage"]["completions_per_step"],
         seed=spec["seed"],

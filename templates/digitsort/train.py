@@ -98,7 +98,6 @@ def build_config(spec: dict) -> GRPOConfig:
         num_generations=hp["num_generations"],
         max_completion_length=hp["max_completion_length"],
         loss_type=hp["loss_type"],
-        epsilon=hp["epsilon"],
         max_steps=spec["max_steps"],
         per_device_train_batch_size=64,  # completions per step: 64 / num_generations prompts
         seed=spec["seed"],
