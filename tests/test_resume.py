@@ -76,6 +76,7 @@ def check_invariants(runs_dir, data):
     runs = client.search_runs([session.info.experiment_id], max_results=1000)
     assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs)
     assert session.data.metrics["stages_spent"] == len(data["nodes"]) == STAGES
+    assert data["train_steps_spent"] == session.data.metrics["train_steps_spent"] == sum(n["steps"] for n in data["nodes"])
     study = hpo.open_study(runs_dir, "s", 3)
     complete = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     owned = sorted(int(client.get_run(n["mlflow_run_id"]).data.tags["autorl.optuna_trial"]) for n in data["nodes"])
