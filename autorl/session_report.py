@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -120,51 +119,23 @@ def build_markdown(data: dict, images: dict[str, Path | None], diff: str) -> str
     return "\n".join(parts)
 
 
+STYLE = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}"
+         "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px}"
+         "th{background:#f2f2f2}img{max-width:100%}pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}")
+
+
 def markdown_to_html(text: str, images: dict[str, Path | None], title: str) -> str:
-    """The Markdown above as HTML (it uses headings, bold, tables, images, code): small, no dependency."""
-    embedded = {p.name: base64.b64encode(p.read_bytes()).decode() for p in images.values() if p}
-    out, table, code = [], [], False
+    """The Markdown report as one self-contained HTML page (markdown-it-py, CommonMark with
+    tables), the figures embedded so the file can be mailed or opened anywhere."""
+    from markdown_it import MarkdownIt
 
-    def inline(line: str) -> str:
-        line = html.escape(line)
-        line = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", line)
-        return re.sub(r"`([^`]+)`", r"<code>\1</code>", line)
-
-    def flush_table() -> None:
-        if table:
-            head, *body = [row.strip("|").split("|") for row in table if not re.fullmatch(r"\|(-+\|)+", row)]
-            out.append("<table><tr>" + "".join(f"<th>{inline(c.strip())}</th>" for c in head) + "</tr>" +
-                       "".join("<tr>" + "".join(f"<td>{inline(c.strip())}</td>" for c in row) + "</tr>"
-                               for row in body) + "</table>")
-            table.clear()
-
-    for line in text.splitlines():
-        if line.startswith("```"):
-            flush_table()
-            out.append("</pre>" if code else "<pre>")
-            code = not code
-        elif code:
-            out.append(html.escape(line))
-        elif line.startswith("|"):
-            table.append(line)
-        else:
-            flush_table()
-            if match := re.fullmatch(r"!\[(.*)\]\((.*)\)", line):
-                data = embedded.get(match.group(2), "")
-                out.append(f'<figure><img alt="{html.escape(match.group(1))}" src="data:image/png;base64,{data}">'
-                           f"<figcaption>{html.escape(match.group(1))}</figcaption></figure>")
-            elif line.startswith("#"):
-                level = len(line) - len(line.lstrip("#"))
-                out.append(f"<h{level}>{inline(line[level:].strip())}</h{level}>")
-            elif line.strip():
-                out.append(f"<p>{inline(line.rstrip())}</p>")
-    flush_table()
-    style = ("body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}"
-             "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px}"
-             "th{background:#f2f2f2}img{max-width:100%}pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}"
-             "figure{margin:1em 0}figcaption{font-size:12px;color:#666}")
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    body = renderer.render(text)
+    for image in (p for p in images.values() if p):
+        data = base64.b64encode(image.read_bytes()).decode()
+        body = body.replace(f'src="{image.name}"', f'src="data:image/png;base64,{data}"')
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+            f"<style>{STYLE}</style></head><body>\n{body}</body></html>\n")
 
 
 def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
