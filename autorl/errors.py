@@ -26,6 +26,10 @@ class TrackingError(AutorlError):
     """The MLflow store cannot be reached, created or read."""
 
 
+class RecordError(TrackingError):
+    """A record in the tracking store cannot be decoded: named, never read as a default."""
+
+
 class SessionError(AutorlError):
     """A session that does not exist, or already exists."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from autorl.errors import RecordError
 from search.tree import Comparison, Decision, Finding, Node, Status
 
 TERMINAL = {"succeeded": Status.SUCCEEDED, "failed": Status.FAILED}
@@ -22,11 +23,16 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _loads(text: str | None, default: Any) -> Any:
-    try:
-        return json.loads(text) if text else default
-    except ValueError:
+def _loads(tags: dict, key: str, default: Any, run_id: str = "?") -> Any:
+    """A JSON tag's value (``default`` when the tag is absent); a value that does not decode
+    is an error naming the run, never silently a default."""
+    text = tags.get(key)
+    if not text:
         return default
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise RecordError(f"MLflow run {run_id}: tag {key} is not valid JSON ({exc}); the record is damaged") from exc
 
 
 def node_tags(node: Node) -> dict[str, str]:
@@ -97,12 +103,12 @@ def node_from_run(run) -> Node:
     if tags.get("autorl.decision"):
         decision = Decision(action=tags["autorl.decision"], decided_by=tags.get("autorl.decided_by", ""),
                             reason=tags.get("autorl.decision_reason", ""))
-    comparison = _loads(tags.get("autorl.comparison"), None)
+    comparison = _loads(tags, "autorl.comparison", None, run.info.run_id)
     return Node(
         id=tags["autorl.node_id"],
         parent=None if parent == "base" else parent,
         depth=int(tags.get("autorl.depth", 1)),
-        hyperparameters=_loads(tags.get("autorl.hyperparameters"), {}),
+        hyperparameters=_loads(tags, "autorl.hyperparameters", {}, run.info.run_id),
         seed=int(tags.get("autorl.seed", 0)),
         proposer=tags.get("autorl.proposer", ""),
         commit=tags.get("autorl.git_commit", ""),
@@ -125,11 +131,11 @@ def node_from_run(run) -> Node:
         attempt=int(tags.get("autorl.attempt", 1)),
         decision=decision,
         kept=tags.get("autorl.kept") == "True",
-        diagnosis=[Finding.from_dict(f) for f in _loads(tags.get("autorl.findings"), [])] if finished else [],
+        diagnosis=[Finding.from_dict(f) for f in _loads(tags, "autorl.findings", [], run.info.run_id)] if finished else [],
         comparison=Comparison(**comparison) if comparison and finished else None,
         frozen_violation=tags.get("autorl.frozen_violation") == "True",
         worker=tags.get("autorl.worker", ""),
-        timing=_loads(tags.get("autorl.timing"), {}),
+        timing=_loads(tags, "autorl.timing", {}, run.info.run_id),
         peak_memory_mb=metrics.get("peak_memory_mb"),
-        eval_metrics=_loads(tags.get("autorl.eval_metrics"), {}) if finished else {},
+        eval_metrics=_loads(tags, "autorl.eval_metrics", {}, run.info.run_id) if finished else {},
     )

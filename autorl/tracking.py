@@ -26,6 +26,9 @@ from autorl.store import prepare_sqlite, sqlite_path
 EXPERIMENT = "autorl"
 SESSION_KIND = "session"
 NODE_KIND = "node"
+TAG_LIMIT = 5000  # MLflow takes 8,000 characters a tag value; longer ones go to an artifact
+LONG_TAG = "autorl-artifact:"  # the value of a tag whose text is in the run's artifact at this path
+LONG_TAGS_DIR = "tags"
 _BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 
@@ -160,7 +163,7 @@ class Tracker:
             filter_string=f"{tag_filter('autorl.kind', SESSION_KIND)} and {tag_filter('autorl.session', name)}",
             max_results=1,
         )
-        return runs[0] if runs else None
+        return self.read_long_tags(runs[0]) if runs else None
 
     def sessions(self) -> list:
         if not self.exists():
@@ -173,8 +176,9 @@ class Tracker:
         run = self.client.create_run(
             self.ensure_store(),
             run_name=name,
-            tags={"autorl.kind": SESSION_KIND, "autorl.session": name, "autorl.status": "running", **tags},
+            tags={"autorl.kind": SESSION_KIND, "autorl.session": name, "autorl.status": "running"},
         )
+        self.set_tags(run.info.run_id, tags)
         self.client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
@@ -195,14 +199,10 @@ class Tracker:
         run = self.client.create_run(
             self.ensure_store(),
             run_name=run_name or node_id,
-            tags={
-                "mlflow.parentRunId": session_run_id,
-                "autorl.kind": NODE_KIND,
-                "autorl.session": session,
-                "autorl.node_id": node_id,
-                **tags,
-            },
+            tags={"mlflow.parentRunId": session_run_id, "autorl.kind": NODE_KIND, "autorl.session": session,
+                  "autorl.node_id": node_id},
         )
+        self.set_tags(run.info.run_id, tags)  # long values (a rationale) go to artifacts
         self.client.log_batch(run.info.run_id, params=_params(params))
         return run.info.run_id
 
@@ -214,7 +214,7 @@ class Tracker:
             max_results=5000,
         )
         runs = runs if all_attempts else latest_attempts(runs)
-        return sorted(runs, key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
+        return sorted((self.read_long_tags(r) for r in runs), key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
 
     def end_node(self, run_id: str, failed: bool, killed: bool = False) -> None:
         self.client.set_terminated(run_id, status="KILLED" if killed else "FAILED" if failed else "FINISHED")
@@ -222,9 +222,31 @@ class Tracker:
     # -- shared ---------------------------------------------------------------------------
 
     def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        """Set tags; a value longer than a tag holds goes to an artifact, and the tag points
+        at it (``read_long_tags`` puts it back), so nothing is cut."""
         from mlflow.entities import RunTag
 
-        self.client.log_batch(run_id, tags=[RunTag(k, str(v)[:5000]) for k, v in tags.items()])
+        short = {}
+        for key, value in tags.items():
+            text = str(value)
+            if len(text) > TAG_LIMIT:
+                path = f"{LONG_TAGS_DIR}/{key}.txt"
+                self.client.log_text(run_id, text, path)
+                text = LONG_TAG + path
+            short[key] = text
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in short.items()])
+
+    def read_long_tags(self, run):
+        """``run`` with every tag that points at an artifact (``set_tags``) holding its whole value."""
+        for key, value in list(run.data.tags.items()):
+            if value.startswith(LONG_TAG):
+                try:
+                    local = self.client.download_artifacts(run.info.run_id, value[len(LONG_TAG):])
+                    run.data.tags[key] = Path(local).read_text()
+                except Exception as exc:  # noqa: BLE001 - any store failure is reported with the run
+                    raise TrackingError(f"run {run.info.run_id}: tag {key} is stored in {value[len(LONG_TAG):]}, "
+                                        f"which cannot be read: {first_line(exc)}") from exc
+        return run
 
     def log_metrics(self, run_id: str, values: dict[str, float], step: int = 0) -> None:
         self.log_step_records(run_id, [{"step": step, **values}], offset=0)
