@@ -47,7 +47,7 @@ from sandbox.cgroups import Limits, TrialCgroup, detect as detect_cgroups
 from sandbox.errors import SandboxError
 from sandbox.executor import LocalExecutor, RunResult, scrubbed_env
 from sandbox.gpus import GpuPool
-from sandbox.warm import HOST_PROC, WarmWorker, WorkerLost, WorkerPlan
+from sandbox.warm import HOST_PROC, WarmWorker, WorkerLost, WorkerPlan, interpreter_paths
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 NOBODY = 65534
@@ -264,7 +264,7 @@ class BwrapSandbox(Sandbox):
                 "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin"]
         for path in ("/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/localtime", "/etc/ssl/certs"):
             args += ["--ro-bind-try", path, path]
-        for prefix in sorted({sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parents[1])}):
+        for prefix in interpreter_paths():
             args += ["--ro-bind", prefix, prefix]
         return args
 
@@ -301,7 +301,7 @@ class BwrapSandbox(Sandbox):
 
     def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
                 gpu: str | None = None, extra: list[str] = ()) -> list[str]:
-        args = ["bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
+        args = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                 *self.system_binds()]

@@ -37,6 +37,12 @@ class WorkerLost(Exception):
     """The worker (not the run) failed: it died, hung or could not start."""
 
 
+def interpreter_paths() -> list[str]:
+    """The Python install and venv every run needs: a run sees them even where they lie under a
+    folder each run gets fresh (a venv under /tmp), as a cold run under bubblewrap does."""
+    return sorted({sys.base_prefix, sys.prefix, str(Path(sys.executable).resolve().parents[1])})
+
+
 @dataclass
 class WorkerPlan:
     """What a worker imports and which paths it can show its runs.
@@ -222,7 +228,8 @@ class WarmWorker:
         resolve = lambda paths: [str(Path(p).resolve()) for p in paths]  # noqa: E731
         return {"argv": argv, "cwd": str(cwd), "env": env, "isolate": self.isolate, "drop_uid": self.drop_uid,
                 "writable": resolve(mounts.writable), "read_only": resolve(mounts.read_only),
-                "hidden_roots": resolve(self.plan.hidden_roots), "visible": resolve(self.plan.visible),
+                "hidden_roots": resolve(self.plan.hidden_roots),
+                "visible": resolve(self.plan.visible) + interpreter_paths(),
                 "hidden_procs": [HOST_PROC],
                 "hidden_devices": [f"/dev/nvidia{g}" for g in all_gpus if g != gpu]}
 
