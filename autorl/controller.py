@@ -271,6 +271,7 @@ class Controller:
             if until_one_ends and (ended or not self.slots.running):
                 return
             block = until_all_end or until_one_ends
+            self.deferred.collect()  # finished plots are logged here, on this thread
             event = self.slots.next_event(timeout=POLL_S if block else 0)
             if event is None:
                 if not block:
@@ -548,12 +549,10 @@ class Controller:
         (node_dir / "diagnosis.json").write_text(json.dumps(
             {"findings": [f.to_dict() for f in node.diagnosis],
              "comparison": node.comparison.to_dict() if node.comparison else None}, indent=2))
-        self.deferred.submit(f"{node.id}: curves plot", self.plot_and_log, node, outcome.records)
-
-    def plot_and_log(self, node: Node, records_: list[dict]) -> None:
-        path = plot_curves(records_, self.node_dir(node.id) / "curves.png", f"{node.id} ← {node.parent or 'base'}")
-        if path is not None:
-            self.parts.tracker.log_artifacts(node.mlflow_run_id, [path])
+        run_id = node.mlflow_run_id
+        self.deferred.submit(f"{node.id}: curves plot", plot_curves, outcome.records,
+                             self.node_dir(node.id) / "curves.png", f"{node.id} ← {node.parent or 'base'}",
+                             then=lambda path: path and self.parts.tracker.log_artifacts(run_id, [path]))
 
     def evaluate(self, checkpoint: Path, split: str, out_dir: Path) -> EvalResult:
         return self.parts.evaluator.score(checkpoint, split, out_dir)
