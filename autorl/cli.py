@@ -27,7 +27,8 @@ if not console.is_terminal:  # logs and CI: wide enough that tables stay on one 
     console = Console(width=140)
 err_console = Console(stderr=True)
 
-RunsDir = typer.Option(None, "--runs-dir", envvar="AUTORL_RUNS_DIR", help="Where stores and sessions live [default: ./runs].")
+RunsDir = typer.Option(None, "--runs-dir", envvar="AUTORL_RUNS_DIR",
+                       help="Where stores and sessions live [default: ./runs].")
 TrackingUri = typer.Option(None, "--tracking-uri", help="MLflow tracking URI [default: sqlite:///<runs-dir>/mlflow.db].")
 
 
@@ -40,10 +41,10 @@ def cli_errors(func):
             return func(*args, **kwargs)
         except USER_ERRORS as exc:
             err_console.print("[bold red]error:[/]", escape(str(exc)), highlight=False, soft_wrap=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err_console.print("[yellow]interrupted[/]")
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
 
     return wrapper
 
@@ -75,15 +76,18 @@ def research(
     template: str = option("template", "--template", "-t"),
     train_steps: Optional[int] = option("train_steps", "--train-steps"),
     stages: Optional[int] = option("stages", "--stages", "-n"),
-    time_budget: Optional[str] = typer.Option(None, "--time", help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
+    time_budget: Optional[str] = typer.Option(None, "--time",
+                                              help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
-        None, "--strategy", help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
+        None, "--strategy",
+        help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
     seed: int = option("seed", "--seed"),
     max_depth: Optional[int] = option("max_depth", "--max-depth"),
     schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
     local_steps: bool = option("local_steps", "--local-steps/--no-local-steps"),
     leaf_width: Optional[int] = option("leaf_width", "--leaf-width"),
-    ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART", help=SessionConfig.model_fields["ablate"].description
+    ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART",
+                                               help=SessionConfig.model_fields["ablate"].description
                                                + " Repeat for several."),
     sandbox: str = option("sandbox", "--sandbox"),
     workers: str = option("workers", "--workers"),
@@ -104,7 +108,8 @@ def research(
     study_storage: Optional[str] = option("study_storage", "--study-storage", envvar="AUTORL_STUDY_STORAGE"),
     llm: Optional[str] = option("llm_model", "--llm", envvar="AUTORL_LLM"),
     llm_base_url: Optional[str] = option("llm_base_url", "--llm-base-url", envvar="OPENAI_BASE_URL"),
-    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
+    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file",
+                                                help="File holding the API key [default: $OPENAI_API_KEY]."),
     llm_timeout: float = option("llm_timeout_s", "--llm-timeout"),
     max_llm_tokens: Optional[int] = option("max_llm_tokens", "--max-llm-tokens"),
     max_llm_cost: Optional[float] = option("max_llm_cost", "--max-llm-cost"),
@@ -113,10 +118,9 @@ def research(
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl import template as templates
     from autorl.config import default_runs_dir, make_config, parse_duration
-    from search.llm import read_api_key
     from autorl.session import create_session, new_session_name
-
     from autorl.tracking import default_uri
+    from search.llm import read_api_key
 
     check_approve(approve, wait=wait)  # everything is checked before anything is created
     seconds = parse_duration(time_budget) if time_budget else None
@@ -126,7 +130,8 @@ def research(
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, train_steps=train_steps, stages=stages,
         time_budget_s=seconds,
-        strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, local_steps=local_steps, leaf_width=leaf_width, ablate=tuple(ablate or ()),
+        strategy=strategy, seed=seed, max_depth=max_depth, schedule_prior=schedule_prior, local_steps=local_steps,
+        leaf_width=leaf_width, ablate=tuple(ablate or ()),
         sandbox=sandbox, workers=workers, trial_memory_gb=trial_memory, parallel=parallel, trial_cpus=trial_cpus,
         executor=executor, ray_address=ray_address,
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
@@ -212,11 +217,12 @@ def drive(controller, runs: Path, tracker) -> None:
         controller.run()
     except KeyboardInterrupt:
         err_console.print(f"[yellow]stopped[/]; continue with:  autorl resume {name} --runs-dir {runs}")
-        raise typer.Exit(130)
+        raise typer.Exit(130) from None
     console.print(f"show the tree:  autorl show {name} --runs-dir {runs}")
     console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
     if controller.status != "finished":
-        err_console.print(f"[bold red]{controller.status}:[/]", escape(controller.reason), highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]{controller.status}:[/]", escape(controller.reason), highlight=False,
+                          soft_wrap=True)
         if controller.resumable:
             err_console.print(f"continue after fixing the cause:  autorl resume {name} --runs-dir {runs}")
         raise typer.Exit(1)
@@ -240,7 +246,8 @@ def resume(
     name: str = typer.Argument(..., help="Session to continue (see `autorl ls`)."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
-    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file", help="File holding the API key [default: $OPENAI_API_KEY]."),
+    llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file",
+                                                help="File holding the API key [default: $OPENAI_API_KEY]."),
     approve: Optional[str] = typer.Option(None, "--approve", help="none | edits | all: change the approval mode stored "
                                                                   "with the session [default: the stored one]."),
     parallel: Optional[int] = typer.Option(None, "--parallel", "-j", min=1, max=64,
@@ -342,7 +349,8 @@ def list_sessions(
     _, tracker = open_tracker(runs_dir, tracking_uri)
     sessions = rows(tracker)
     if not tracker.exists() and not as_json:
-        console.print(f"no sessions: no tracking store at {tracker.uri} yet (`autorl research` creates it)", highlight=False)
+        console.print(f"no sessions: no tracking store at {tracker.uri} yet (`autorl research` creates it)",
+                      highlight=False)
         return
     if as_json:
         print(json.dumps(sessions, indent=2))
@@ -382,13 +390,16 @@ def show(
     best_id = data["best"]["id"] if data["best"] else None
     for node in data["nodes"]:
         star = " ★" if node["id"] == best_id else ""
-        score = node["reason"][:80] if node["val_score"] is None else f"val {node['val_score']:.3f} ± {node['val_stderr']:.3f}"
-        label = f"{node['id']}{star} {escape('[' + node['status'] + ']')} {escape(score)}  [dim]{schedule_text(node['hyperparameters'])}[/]"
+        score = (node["reason"][:80] if node["val_score"] is None
+                 else f"val {node['val_score']:.3f} ± {node['val_stderr']:.3f}")
+        label = (f"{node['id']}{star} {escape('[' + node['status'] + ']')} {escape(score)}  "
+                 f"[dim]{schedule_text(node['hyperparameters'])}[/]")
         branches[node["id"]] = branches.get(node["parent"], root).add(label)
     console.print(root)
     if data["best"]:
         best = data["best"]
-        console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, test {fmt(best['test_score'])}")
+        console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, "
+                      f"test {fmt(best['test_score'])}")
     if (dashboard := dashboard_command(tracker, name)) is not None:
         console.print(f"its Optuna study:  {dashboard}", highlight=False)
 
@@ -403,7 +414,8 @@ def dashboard_command(tracker, name: str) -> str | None:
     config = stored_config(tracker.find_session(name))
     if config is None or config.strategy in ("grid", "random", "greedy", "pbt"):
         return None
-    return f"optuna-dashboard {shlex.quote(storage_url(config.runs_dir, config.study_storage))}  (pip install optuna-dashboard)"
+    return (f"optuna-dashboard {shlex.quote(storage_url(config.runs_dir, config.study_storage))}  "
+            "(pip install optuna-dashboard)")
 
 
 @app.command()
@@ -430,7 +442,8 @@ def report(
 @cli_errors
 def doctor(
     sandbox: str = typer.Option("auto", "--sandbox", help="auto | bwrap | none: the tier to check."),
-    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL", help="LLM endpoint to probe."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", envvar="OPENAI_BASE_URL",
+                                               help="LLM endpoint to probe."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
 ):
@@ -461,7 +474,8 @@ def server_up(
     runs_dir: Optional[Path] = RunsDir,
     port: int = typer.Option(5000, "--port", help="Port of the MLflow server (loopback)."),
     pg_port: int = typer.Option(5433, "--pg-port", help="Port of PostgreSQL (loopback)."),
-    ray: bool = typer.Option(False, "--ray", help="Also start a Ray head on this machine (loopback) for --executor ray."),
+    ray: bool = typer.Option(False, "--ray",
+                             help="Also start a Ray head on this machine (loopback) for --executor ray."),
     ray_cpus: Optional[int] = typer.Option(None, "--ray-cpus", help="CPUs the Ray head offers [default: all]."),
 ):
     """Start PostgreSQL and an MLflow server on it (or say the pair is already up), and a Ray head with --ray."""

@@ -6,8 +6,8 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Literal
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -63,7 +63,8 @@ def prepare_runs_dir(path: Path) -> Path:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".write-probe-"):  # one per process: no race
             pass
     except OSError as exc:
-        raise ConfigError(f"runs directory {path} is not writable ({exc.strerror or exc}); pick another with --runs-dir") from exc
+        raise ConfigError(f"runs directory {path} is not writable ({exc.strerror or exc}); "
+                          "pick another with --runs-dir") from exc
     return path
 
 
@@ -111,8 +112,8 @@ class SessionConfig(BaseModel):
                                     "[default: the Ray head on this machine, started if none answers].")
     trial_cpus: float | None = Field(None, gt=0, description="CPUs of one trial (its cgroup quota and its threads) "
                                      "[default: all with --parallel 1, else the machine's CPUs shared out].")
-    gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like 0,1; "
-                                           "each running trial gets one.")
+    gpus: str = Field("auto", description="GPUs trials may use: auto (all nvidia-smi lists), none, or indexes like "
+                                           "0,1; each running trial gets one.")
     runs_dir: Path
     tracking_uri: str
     study_storage: str | None = Field(None, description="Optuna storage URL (e.g. postgresql://…, from `autorl server "
@@ -228,12 +229,15 @@ def stage_equivalent(data: dict) -> Any:
 
 
 FLAGS = {  # config field -> the CLI option that sets it, so an error names what the user typed
-    "train_steps": "--train-steps", "stages": "--stages", "time_budget_s": "--time", "strategy": "--strategy", "seed": "--seed",
-    "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory", "workers": "--workers",
-    "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir", "tracking_uri": "--tracking-uri", "llm_model": "--llm",
+    "train_steps": "--train-steps", "stages": "--stages", "time_budget_s": "--time", "strategy": "--strategy",
+    "seed": "--seed", "max_depth": "--max-depth", "sandbox": "--sandbox", "trial_memory_gb": "--trial-memory",
+    "workers": "--workers", "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir",
+    "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
-    "max_llm_cost": "--max-llm-cost", "llm_reasoning_effort": "--llm-reasoning-effort", "topic": "TOPIC", "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
-    "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width", "parallel": "--parallel", "trial_cpus": "--trial-cpus",
+    "max_llm_cost": "--max-llm-cost", "llm_reasoning_effort": "--llm-reasoning-effort", "topic": "TOPIC",
+    "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
+    "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width",
+    "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
 }
 
@@ -243,7 +247,8 @@ def describe_error(error: dict) -> str:
     field = str(error["loc"][0]) if error["loc"] else ""
     message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Input ")
     flag = FLAGS.get(field, field)
-    got = f" (got {error['input']!r})" if error["type"] != "value_error" and not isinstance(error.get("input"), dict) else ""
+    got = (f" (got {error['input']!r})"
+           if error["type"] != "value_error" and not isinstance(error.get("input"), dict) else "")
     return f"{flag}: {message}{got}" if flag and not message.startswith(flag) else message
 
 

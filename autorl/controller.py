@@ -24,15 +24,15 @@ from pathlib import Path
 from autorl import faults, records
 from autorl.approval import Gate
 from autorl.budget import Budget
+from autorl.channel import POLL_S, proposal_key
 from autorl.config import SessionConfig
-from autorl.deferred import Deferred
 from autorl.curves import read_records
+from autorl.deferred import Deferred
 from autorl.diagnose import RewardScale, diagnose
-from autorl.errors import ContractError, FrozenFileError, SearchExhausted, USER_ERRORS
+from autorl.errors import USER_ERRORS, ContractError, FrozenFileError, SearchExhausted
 from autorl.evaluate import EvalResult, FrozenEvaluator
 from autorl.lock import SessionLock
 from autorl.noise import paired_comparison
-from autorl.channel import POLL_S, proposal_key
 from autorl.observer import Observer
 from autorl.plots import plot_curves
 from autorl.ray_stages import RayStages
@@ -43,12 +43,11 @@ from autorl.template import Template
 from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
+from search.errors import ProposalError
 from search.importance import param_importance
 from search.policy import BestFirstPolicy
-from search.errors import ProposalError
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped, Proposer
 from search.tree import Decision, Node, Status, Tree
-
 
 MAX_BREACHES_IN_A_ROW = 2
 MAX_DROPPED_IN_A_ROW = 5
@@ -193,7 +192,8 @@ class Controller:
             self.log_usage()
             self.dropped_in_a_row += 1
             if self.dropped_in_a_row >= MAX_DROPPED_IN_A_ROW:  # no budget is charged: this must not loop
-                raise SearchExhausted(f"{self.dropped_in_a_row} proposals in a row were dropped, the last: {exc}")
+                raise SearchExhausted(f"{self.dropped_in_a_row} proposals in a row were dropped, "
+                                      f"the last: {exc}") from exc
             return None
         self.dropped_in_a_row = 0
         parent_node = self.tree.nodes.get(proposal.parent) if proposal.parent else None
@@ -365,8 +365,9 @@ class Controller:
         """The person's values replace the proposer's (already validated by whoever edited them)."""
         values = self.template.space.check(decision.hyperparameters or {})
         self.parts.proposer.withdraw(proposal)  # the values it proposed do not run
-        return proposal.model_copy(update={"hyperparameters": values, "optuna_trial": None,
-                                           "rationale": f"{proposal.rationale} (values edited by {decision.decided_by})"})
+        return proposal.model_copy(update={
+            "hyperparameters": values, "optuna_trial": None,
+            "rationale": f"{proposal.rationale} (values edited by {decision.decided_by})"})
 
     def log_decision(self, node: Node | None, proposal: Proposal, decision: Decision) -> None:
         entry = {"node": node.id if node else None, "parent": proposal.parent, **decision.to_dict(),
@@ -413,7 +414,8 @@ class Controller:
             self.launch(node)
 
     def still_on_ray(self, node: Node) -> bool:
-        return self.parts.ray is not None and self.parts.ray.outlived_stop(node.id, node.attempt, self.node_dir(node.id))
+        return self.parts.ray is not None and self.parts.ray.outlived_stop(node.id, node.attempt,
+                                                                           self.node_dir(node.id))
 
     def run_name(self, node: Node) -> str:
         """The node's MLflow run name: its path from the base model (``base › n001 › n004``)."""

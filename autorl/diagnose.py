@@ -21,7 +21,6 @@ group was constant, whatever TRL counted.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from autorl.curves import series, training_steps
@@ -57,7 +56,8 @@ DEFAULT_SCALE = RewardScale(declared=1.0)
 
 
 def _steps(records: list[dict], key: str) -> list[int]:
-    return [int(r.get("step", i)) for i, r in enumerate(training_steps(records)) if isinstance(r.get(key), (int, float))]
+    return [int(r.get("step", i)) for i, r in enumerate(training_steps(records))
+            if isinstance(r.get(key), (int, float))]
 
 
 def _span(records, key) -> tuple[int, int]:
@@ -165,7 +165,8 @@ def instability(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
         median = sorted(grad)[len(grad) // 2]
         spikes = [g for g in grad if g > 10 * max(median, 1e-8)]
         if spikes:
-            return Finding("grad_norm_spikes", "warning", f"{len(spikes)} grad-norm spikes above 10× the median {median:.3g}",
+            return Finding("grad_norm_spikes", "warning",
+                           f"{len(spikes)} grad-norm spikes above 10× the median {median:.3g}",
                            "lower the learning rate or clip gradients harder", _span(records, "grad_norm"),
                            {"median": median, "max": max(spikes)})
     return reward_collapse(records, scale)

@@ -59,7 +59,8 @@ def gpu_checks() -> Iterator[Check]:
 
 def llm_check(base_url: str | None) -> Check:
     if not base_url:
-        return "LLM endpoint", None, "not configured (--llm-base-url / OPENAI_BASE_URL); strategies tree and baselines need none"
+        return ("LLM endpoint", None,
+                "not configured (--llm-base-url / OPENAI_BASE_URL); strategies tree and baselines need none")
     import httpx
 
     try:

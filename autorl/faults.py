@@ -15,7 +15,8 @@ import os
 import signal
 from collections import Counter
 
-POINTS = ("session_reserved", "workspace_made", "session_run_created", "proposal_accepted", "launched", "mid_training", "trained", "mid_evaluation", "evaluated")
+POINTS = ("session_reserved", "workspace_made", "session_run_created", "proposal_accepted", "launched", "mid_training",
+          "trained", "mid_evaluation", "evaluated")
 _reached: Counter = Counter()
 
 

@@ -34,7 +34,8 @@ def nodes_table(tree: Tree, title: str = "") -> Table:
         val = "-" if node.val_score is None else f"{node.val_score:.3f}±{node.val_stderr:.3f}"
         style = STATUS_STYLE.get(node.status.value, "")
         table.add_row(
-            Text(node.id + (" ★" if best is not None and node.id == best.id else ""), style="bold" if best is node else ""),
+            Text(node.id + (" ★" if best is not None and node.id == best.id else ""),
+                 style="bold" if best is node else ""),
             node.parent or "base",
             Text(STATUS_SHORT.get(node.status.value, node.status.value), style=style),
             val,
@@ -80,7 +81,8 @@ class LiveView(Observer):
             best = self.tree.best()
             status.append(f"base {fmt(self.tree.base_score)}  best {fmt(best.val_score if best else None)}  ")
             if self.budget is not None and (to_go := self.budget.goals.distance(self.tree)) is not None:
-                status.append(f"target {self.budget.goals.target:g} ({'reached' if to_go <= 0 else f'{to_go:.3f} to go'})  ")
+                status.append(f"target {self.budget.goals.target:g} "
+                              f"({'reached' if to_go <= 0 else f'{to_go:.3f} to go'})  ")
         parts.append(status)
         for stage in self.running.values():
             if stage.node.status == Status.RUNNING:
@@ -119,7 +121,8 @@ class LiveView(Observer):
     def stage_finished(self, node: Node, tree: Tree) -> None:
         self.running.pop(node.id, None)
         score = "failed" if node.val_score is None else f"val {node.val_score:.3f} ± {node.val_stderr:.3f}"
-        self.console.print(f"  {node.id} (from {node.parent or 'base'}) {score}  [dim]{schedule_text(node.hyperparameters)}[/]")
+        self.console.print(f"  {node.id} (from {node.parent or 'base'}) {score}  "
+                           f"[dim]{schedule_text(node.hyperparameters)}[/]")
         self.refresh()
 
     def session_finished(self, tree: Tree, status: str, reason: str) -> None:

@@ -84,7 +84,8 @@ def set_model_source(text: str, source: str, revision: str) -> str:
     for key, value in (("revision", revision), ("source", source)):
         line = f'{key} = "{value}"'
         if re.search(rf"^{key}\s*=.*$", text, re.M):
-            text = re.sub(rf"^{key}\s*=.*$", lambda _: line, text, count=1, flags=re.M)
+            text = re.sub(rf"^{key}\s*=.*$", lambda _, line=line: line, text, count=1, flags=re.M)
         else:
-            text = re.sub(r'^(base_model\s*=.*)$', lambda m: f"{m.group(1)}\n{line}", text, count=1, flags=re.M)
+            text = re.sub(r'^(base_model\s*=.*)$', lambda m, line=line: f"{m.group(1)}\n{line}", text, count=1,
+                          flags=re.M)
     return text

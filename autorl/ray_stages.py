@@ -162,7 +162,8 @@ class RayStages:
         """Whether the node's stage still runs as a Ray job, or ran to its end, after the
         controller stopped: then a resume follows the job instead of training again."""
         state = self.status(self.submission_id(node_id, attempt))
-        return state in ("PENDING", "RUNNING") or (state == "SUCCEEDED" and (node_dir / remote_stage.RESULT_FILE).is_file())
+        return state in ("PENDING", "RUNNING") or (
+            state == "SUCCEEDED" and (node_dir / remote_stage.RESULT_FILE).is_file())
 
     def submit(self, job: RayJob, task: dict) -> None:
         job.node_dir.mkdir(parents=True, exist_ok=True)

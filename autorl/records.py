@@ -131,7 +131,8 @@ def node_from_run(run) -> Node:
         attempt=int(tags.get("autorl.attempt", 1)),
         decision=decision,
         kept=tags.get("autorl.kept") == "True",
-        diagnosis=[Finding.from_dict(f) for f in _loads(tags, "autorl.findings", [], run.info.run_id)] if finished else [],
+        diagnosis=([Finding.from_dict(f) for f in _loads(tags, "autorl.findings", [], run.info.run_id)]
+                   if finished else []),
         comparison=Comparison(**comparison) if comparison and finished else None,
         frozen_violation=tags.get("autorl.frozen_violation") == "True",
         worker=tags.get("autorl.worker", ""),

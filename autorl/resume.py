@@ -18,11 +18,11 @@ import time
 from autorl import template as templates
 from autorl.approval import Gate
 from autorl.budget import Budget, session_budget
-from autorl.goals import Goals
 from autorl.config import SessionConfig
 from autorl.controller import Controller
 from autorl.errors import SessionError
 from autorl.frozen import FrozenGuard
+from autorl.goals import Goals
 from autorl.lock import SessionLock
 from autorl.observer import Observer
 from autorl.records import node_from_run

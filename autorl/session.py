@@ -19,15 +19,15 @@ from typing import Callable
 from autorl import faults, remote_stage
 from autorl.approval import Gate
 from autorl.budget import Budget, session_budget
-from autorl.goals import Goals
+from autorl.channel import Channel, ChannelObserver
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.controller import Collaborators, Controller
 from autorl.curves import curves_text, read_records, summarise_curves
 from autorl.errors import ConfigError, SessionError
 from autorl.evaluate import FrozenEvaluator
 from autorl.frozen import FrozenGuard
+from autorl.goals import Goals
 from autorl.lock import SessionLock
-from autorl.channel import Channel, ChannelObserver
 from autorl.observer import Observer, Observers
 from autorl.ray_stages import RayStages, reach
 from autorl.stage import StageRunner
@@ -40,9 +40,18 @@ from search import study as optuna_study
 from search.context import ContextBuilder, Noise
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
 from search.policy import BestFirstPolicy
+from search.proposers import (
+    FlatTpeProposer,
+    GreedyProposer,
+    GridProposer,
+    Guarded,
+    LLMProposer,
+    PbtProposer,
+    Proposer,
+    RandomScheduleProposer,
+    TpeProposer,
+)
 from search.steering import STEP
-from search.proposers import (FlatTpeProposer, GreedyProposer, GridProposer, Guarded, LLMProposer, PbtProposer,
-                              Proposer, RandomScheduleProposer, TpeProposer)
 from search.tree import Tree
 
 
@@ -86,8 +95,8 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return TpeProposer(space, study, seed=seed, **tpe_options(config))
     settings = LLMSettings(
         model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
-        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost, seed=config.seed,
-        reasoning_effort=config.llm_reasoning_effort,
+        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
+        seed=config.seed, reasoning_effort=config.llm_reasoning_effort,
     )
     client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer,
                        notify=notify)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -42,7 +42,8 @@ def probe_http(uri: str, timeout: float = 5.0) -> None:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
             response.read()
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise TrackingError(f"tracking server {uri} does not answer ({exc}); start it or pass another --tracking-uri") from exc
+        raise TrackingError(f"tracking server {uri} does not answer ({exc}); "
+                            "start it or pass another --tracking-uri") from exc
 
 
 RETRYABLE = ("database is locked", "database table is locked", "unable to open database", "temporarily unavailable",
@@ -210,11 +211,13 @@ class Tracker:
         """The session's node runs, one per node (its latest attempt) unless ``all_attempts``."""
         runs = self.client.search_runs(
             [self.ensure_store()],
-            filter_string=f"{tag_filter('mlflow.parentRunId', session_run_id)} and {tag_filter('autorl.kind', NODE_KIND)}",
+            filter_string=(f"{tag_filter('mlflow.parentRunId', session_run_id)} and "
+                           f"{tag_filter('autorl.kind', NODE_KIND)}"),
             max_results=5000,
         )
         runs = runs if all_attempts else latest_attempts(runs)
-        return sorted((self.read_long_tags(r) for r in runs), key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
+        return sorted((self.read_long_tags(r) for r in runs),
+                      key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
 
     def end_node(self, run_id: str, failed: bool, killed: bool = False) -> None:
         self.client.set_terminated(run_id, status="KILLED" if killed else "FAILED" if failed else "FINISHED")

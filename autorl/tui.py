@@ -21,13 +21,13 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 from textual import work
-from textual.worker import get_current_worker
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
+from textual.worker import get_current_worker
 
 from autorl.channel import Channel
 from autorl.controller import Controller

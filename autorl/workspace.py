@@ -7,7 +7,6 @@ node records the commit it ran, so any result can be reproduced with ``git check
 from __future__ import annotations
 
 import difflib
-
 import functools
 from pathlib import Path
 
@@ -72,4 +71,5 @@ class Workspace:
         if new_text is None:
             return ""
         old = self.train_script_at(commit or self.root_commit)
-        return "".join(difflib.unified_diff(old.splitlines(True), new_text.splitlines(True), "a/train.py", "b/train.py"))
+        return "".join(difflib.unified_diff(old.splitlines(True), new_text.splitlines(True),
+                                            "a/train.py", "b/train.py"))

@@ -60,7 +60,8 @@ def node_row(node: dict, node_dir: Path) -> tuple[str, list[str]]:
     shown = ", ".join(f"{k} {hp[k]}" for k in SHOWN_HYPERPARAMETERS if k in hp)
     steps_per_s = len(times) / sum(times) if times and sum(times) > 0 else None
     rewards = [r["reward"] for r in records if "reward" in r]
-    row = (f"| {node['id']} | {node['status']} | {shown} | {fmt(node.get('val_score'))} ± {fmt(node.get('val_stderr'))} "
+    row = (f"| {node['id']} | {node['status']} | {shown} "
+           f"| {fmt(node.get('val_score'))} ± {fmt(node.get('val_stderr'))} "
            f"| {node.get('steps', '-')} | {fmt(steps_per_s, 2)} | {foot.get('seconds', '-')} "
            f"| {fmt(rewards[0], 3) if rewards else '-'} → {fmt(rewards[-1], 3) if rewards else '-'} "
            f"| {foot.get('device', '-')} | {foot.get('generation', '-')} | {evaluation.get('engine', '-')} "

@@ -38,7 +38,8 @@ def peak_step_rule(records: list[dict], scale: RewardScale) -> bool:
 
 
 def stages(work: Path):
-    """(outcome, records, scale, comparison, critical when it ran) for every scored stage with a parent comparison under ``work``."""
+    """(outcome, records, scale, comparison, critical when it ran) for every scored stage
+    with a parent comparison under ``work``."""
     scale = RewardScale(declared=templates.load(str(work / "template")).reward_width)
     for diagnosis in sorted(work.glob("*/sessions/*/nodes/*/diagnosis.json")):
         comparison = json.loads(diagnosis.read_text()).get("comparison")
@@ -55,7 +56,8 @@ def stages(work: Path):
 
 def parent_validation(node: Path, spec: dict) -> float | None:
     start = Path(spec.get("init_checkpoint") or "")
-    scores = start.parent / "eval_validation.json" if start.name == "checkpoint" else node.parents[1] / "base" / "eval_validation.json"
+    scores = (start.parent / "eval_validation.json" if start.name == "checkpoint"
+              else node.parents[1] / "base" / "eval_validation.json")
     return json.loads(scores.read_text())["mean"] if scores.exists() else None
 
 
@@ -88,7 +90,8 @@ def write(totals: Counter, flagged: dict[str, Counter], barred: dict[str, Counte
              "| diagnosis | where validation fell | where it held or rose |", "|---|---|---|"]
     for when, counts in barred.items():
         fell = counts["collapsed"] + counts["fell"]
-        rows.append(f"| {when} | {fell} / {totals['collapsed'] + totals['fell']} | {counts['held']} / {totals['held']} |")
+        rows.append(f"| {when} | {fell} / {totals['collapsed'] + totals['fell']} "
+                    f"| {counts['held']} / {totals['held']} |")
     text = "\n".join([
         "# Reward-collapse detector against the evaluator", "",
         *rows, "",

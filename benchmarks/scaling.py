@@ -37,10 +37,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from autorl import template as templates  # noqa: E402
-from autorl.ray_stages import RAY_ENV, answers, LOCAL_ADDRESS, start_local_head, stop_local_head  # noqa: E402
-from autorl.timing import productive_seconds  # noqa: E402
 from search_efficiency import paired_test, summarise  # noqa: E402
+
+from autorl import template as templates  # noqa: E402
+from autorl.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head  # noqa: E402
+from autorl.timing import productive_seconds  # noqa: E402
 
 AUTORL = [sys.executable, "-m", "autorl"]
 SAME_COST = {"max_steps": 20, "num_generations": 8, "max_completion_length": 12}
@@ -101,7 +102,8 @@ def throughput(run: dict) -> dict:
     walls = [(e - s).total_seconds() for s, e in zip(starts, ends)]
     overheads = [w - productive_seconds(n["timing"]) for w, n in zip(walls, nodes)]
     return {"stages": len(nodes), "window_s": round(window, 1), "stages_per_hour": round(len(nodes) / window * 3600, 1),
-            "stage_wall_s": round(statistics.median(walls), 2), "stage_overhead_s": round(statistics.median(overheads), 2),
+            "stage_wall_s": round(statistics.median(walls), 2),
+            "stage_overhead_s": round(statistics.median(overheads), 2),
             "session_wall_s": round(run["wall_seconds"], 1), "overhead_share": run["data"]["overhead_share"],
             "failed": sum(n["status"] == "failed" for n in nodes)}
 

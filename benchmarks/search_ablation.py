@@ -5,7 +5,8 @@ Runs on the policy-development seeds (0-99), never the seeds of the committed co
 (benchmarks/search_efficiency.py uses 100 and up). Each variant is paired seed by seed
 with the full search (exact sign-flip test on the winner's test accuracy).
 
-    .venv/bin/python benchmarks/search_ablation.py --work /tmp/ablation    # 5 seeds per variant; 8 stages: ~4 min per variant on 2 cores
+    # 5 seeds per variant; 8 stages: ~4 min per variant on 2 cores
+    .venv/bin/python benchmarks/search_ablation.py --work /tmp/ablation
 
 Writes search_ablation-{template}-{stages}.{md,json} to --out.
 """

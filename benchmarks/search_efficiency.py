@@ -11,7 +11,8 @@ sessions back from MLflow (`autorl show --json`) and reports, per strategy:
 - stages needed to reach grid's median best validation score (best-so-far curve);
 - wall time per session.
 
-    .venv/bin/python benchmarks/search_efficiency.py              # full: 30 sessions; 8 stages ~20 min, 24 stages ~70 min on 2 cores
+    .venv/bin/python benchmarks/search_efficiency.py              # full: 30 sessions; 8 stages ~20 min,
+                                                                  # 24 stages ~70 min on 2 cores
     .venv/bin/python benchmarks/search_efficiency.py --quick      # CI smoke: tiny, minutes
 
 Writes search_efficiency.{md,json,png} to --out (default benchmarks/results/).
@@ -53,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "sessions already recorded there")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--max-depth", type=int, default=None,
-                        help="--max-depth of every session (default: autorl's); written as search_efficiency-T-S-depthD")
+                        help="--max-depth of every session (default: autorl's); "
+                             "written as search_efficiency-T-S-depthD")
     parser.add_argument("--versus", default=",".join(BASELINES),
                         help="strategies (or labels recorded in WORK/results.jsonl, e.g. an earlier tree) the tree "
                              "is paired with")
@@ -202,7 +204,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
             "wall_seconds_median": statistics.median(r["wall_seconds"] for r in runs),
         }
         table[strategy] = entry
-        vs_grid = "—" if strategy == "grid" or entry["vs_grid_relative"] is None else f"{entry['vs_grid_relative']:+.1%}"
+        vs_grid = ("—" if strategy == "grid" or entry["vs_grid_relative"] is None
+                   else f"{entry['vs_grid_relative']:+.1%}")
         to_grid = "—" if entry["stages_to_grid_best_median"] is None else f"{entry['stages_to_grid_best_median']:g}"
         rows.append(f"| {strategy} | {median:.3f} [{min(tests):.3f}, {max(tests):.3f}] | "
                     f"{100 * entry['gain_over_base']:+.1f} | {vs_grid} | {to_grid} ({entry['reached_grid_best']}) | "
@@ -319,7 +322,8 @@ def main(argv=None) -> int:
                   if (f["strategy"], f["seed"]) not in recorded]  # a rerun that succeeded is in the table
         if failed:
             text += "Sessions that failed (not in the table): " + "; ".join(
-                f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}" for f in failed) + ".\n"
+                f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}"
+                for f in failed) + ".\n"
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
     stem += f"-depth{args.max_depth}" if args.max_depth else ""

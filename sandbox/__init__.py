@@ -5,8 +5,8 @@ Standard library only, so importing it pulls in no third-party package and no au
 
 from sandbox.cgroups import Limits
 from sandbox.errors import SandboxError
-from sandbox.gpus import GpuPool, select_gpus, visible_gpus
 from sandbox.executor import RunResult, last_error_line, parse_footer, scrubbed_env
+from sandbox.gpus import GpuPool, select_gpus, visible_gpus
 from sandbox.tiers import (
     DEFAULT_LIMITS,
     SANDBOX_KINDS,

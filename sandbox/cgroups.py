@@ -45,7 +45,8 @@ def _v2_root() -> Path | None:
         fields = line.split()
         if len(fields) > 2 and fields[2] == "cgroup2":
             root = Path(fields[1])
-            controllers = (root / "cgroup.controllers").read_text().split() if (root / "cgroup.controllers").exists() else []
+            controllers = ((root / "cgroup.controllers").read_text().split()
+                           if (root / "cgroup.controllers").exists() else [])
             if {"memory", "pids"} <= set(controllers):
                 return root
     return None

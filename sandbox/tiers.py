@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from sandbox.cgroups import Limits, TrialCgroup, detect as detect_cgroups
+from sandbox.cgroups import Limits, TrialCgroup
+from sandbox.cgroups import detect as detect_cgroups
 from sandbox.errors import SandboxError
 from sandbox.executor import LocalExecutor, RunResult, scrubbed_env
 from sandbox.gpus import GpuPool
@@ -233,7 +234,8 @@ class Sandbox:
         self.worker.stop()
         if self.worker_losses >= MAX_WORKER_LOSSES:
             self.worker = None
-            return f"warm worker lost ({why}); retried cold, and runs start cold from now on ({self.worker_losses} losses in a row)"
+            return (f"warm worker lost ({why}); retried cold, and runs start cold from now on "
+                    f"({self.worker_losses} losses in a row)")
         return f"warm worker lost ({why}); retried cold"
 
     def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
@@ -301,7 +303,8 @@ class BwrapSandbox(Sandbox):
 
     def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
                 gpu: str | None = None, extra: list[str] = ()) -> list[str]:
-        args = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
+        args = [shutil.which("bwrap") or "bwrap", "--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY),
+                "--cap-drop", "ALL",
                 "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
                 *self.system_binds()]
@@ -370,7 +373,8 @@ def bwrap_works() -> tuple[bool, str]:
     """Probe bubblewrap once: installed, and able to create the namespaces we ask for."""
     if shutil.which("bwrap") is None:
         return False, "bwrap is not installed (apt-get install bubblewrap)"
-    argv = BwrapSandbox(Limits()).command([sys.executable, "-c", "print('ok')"], Path("/tmp"), {"PATH": "/usr/bin"}, Mounts())
+    argv = BwrapSandbox(Limits()).command([sys.executable, "-c", "print('ok')"], Path("/tmp"), {"PATH": "/usr/bin"},
+                                          Mounts())
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.TimeoutExpired) as exc:

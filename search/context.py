@@ -27,7 +27,7 @@ from typing import Callable
 from search.importance import importance_text, param_importance
 from search.novelty import TOLERANCE
 from search.space import SearchSpace
-from search.tree import Node, Status, Tree, findings_text
+from search.tree import Node, Tree, findings_text
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -51,7 +51,8 @@ def values_text(hyperparameters: dict) -> str:
 def space_text(space: SearchSpace) -> str:
     lines = []
     for p in space.params.values():
-        domain = f"one of {p.choices}" if p.type == "categorical" else f"{p.type} in [{p.low:g}, {p.high:g}]" + (" (log scale)" if p.log else "")
+        domain = (f"one of {p.choices}" if p.type == "categorical"
+                  else f"{p.type} in [{p.low:g}, {p.high:g}]" + (" (log scale)" if p.log else ""))
         lines.append(f"- `{p.name}`: {domain}; default {p.default!r}. {p.help}")
     return "\n".join(lines)
 
@@ -153,7 +154,8 @@ class ContextBuilder:
             score = node.status.value + (f" ({node.reason[:120]})" if node.reason else "")
         flags = [f.name for f in node.diagnosis if f.severity != "info"]
         at_limit = " [at depth limit]" if node.depth >= self.max_depth else ""
-        return (f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}; {values_text(node.hyperparameters)}"
+        return (f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}; "
+                f"{values_text(node.hyperparameters)}"
                 f"{self.edit_note(node)}{at_limit}" + (f"; findings: {', '.join(flags)}" if flags else ""))
 
     def tree_text(self, tree: Tree, lines: int, failures: int) -> str:
@@ -195,7 +197,8 @@ class ContextBuilder:
                  f"- validation: {node.val_score:.3f} ± {node.val_stderr:.3f}; {node.steps} GRPO steps"]
         if node.comparison:
             c = node.comparison
-            lines.append(f"- against its parent (paired, same {c.n} items): {c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}")
+            lines.append(f"- against its parent (paired, same {c.n} items): "
+                         f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}")
         if node.rationale:
             lines.append(f"- why it was proposed: {node.rationale[:300]}")
         lines.append("- diagnosis:\n" + _indent(findings_text(node.diagnosis)))

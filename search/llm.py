@@ -105,7 +105,8 @@ def check_price(model: str, max_cost: float | None, prices: dict | None = None) 
     """A cost cap needs a known price; refuse at start rather than overspend."""
     if max_cost is not None and model not in (load_prices() if prices is None else prices):
         raise LLMSetupError(
-            f"--max-llm-cost needs a price for model {model!r}; add it to {PRICES_FILE} or cap tokens with --max-llm-tokens"
+            f"--max-llm-cost needs a price for model {model!r}; add it to {PRICES_FILE} "
+            "or cap tokens with --max-llm-tokens"
         )
 
 

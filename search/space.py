@@ -88,7 +88,8 @@ class Param(BaseModel):
             raise ProposalError(f"{self.name}={value!r} is outside [{self.low:g}, {self.high:g}]")
         return float(value) if self.type == "float" else value
 
-    def distribution(self, low: float | None = None, high: float | None = None) -> optuna.distributions.BaseDistribution:
+    def distribution(self, low: float | None = None,
+                     high: float | None = None) -> optuna.distributions.BaseDistribution:
         """Optuna's distribution for this parameter, optionally narrowed to [low, high]."""
         if self.type == "categorical":
             return optuna.distributions.CategoricalDistribution(self.choices)
@@ -125,7 +126,8 @@ def param_from_table(path: Path, name: str, fields: Any) -> Param:
         details = "; ".join(field_error(e) for e in exc.errors(include_url=False))
         raise SpaceError(f"{path}: invalid search space: [{name}] {details}") from exc
     except TypeError as exc:  # e.g. a string default compared with numeric bounds
-        raise SpaceError(f"{path}: invalid search space: [{name}] low, high and default must be numbers ({exc})") from exc
+        raise SpaceError(f"{path}: invalid search space: [{name}] low, high and default must be numbers "
+                         f"({exc})") from exc
 
 
 class SearchSpace:

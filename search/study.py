@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
-from optuna.trial import TrialState, create_trial
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
-
+from optuna.trial import TrialState, create_trial
 
 N_STARTUP_TRIALS = 4
 

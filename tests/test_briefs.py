@@ -59,7 +59,8 @@ def test_the_answer_length_a_brief_and_space_state_is_true(name):
     template = templates.load(name)
     task = load_task(template)
     tokenizer = AutoTokenizer.from_pretrained(template.base_model_dir())
-    longest = max(len(tokenizer(task.target_text(p["answer"]) + tokenizer.eos_token, add_special_tokens=False)["input_ids"])
+    longest = max(len(tokenizer(task.target_text(p["answer"]) + tokenizer.eos_token,
+                                add_special_tokens=False)["input_ids"])
                   for p in task.problems("train", 2000))
     stated = re.findall(r"needs (\d+)", template.program + template.space.params["max_completion_length"].help)
     assert stated and {int(n) for n in stated} == {longest}, (stated, longest)

@@ -4,11 +4,11 @@ larger than what is left is shortened to fit, and the session ends when none fit
 import json
 
 import pytest
+from conftest import make_template, run_cli
 
 from autorl import template as templates
 from autorl.budget import Budget
 from autorl.config import DEFAULT_TRAIN_STEPS, make_config
-from conftest import make_template, run_cli
 
 ARITH = templates.load("arith")
 

@@ -3,10 +3,10 @@
 import shutil
 
 import pytest
+from conftest import make_template, run_cli
 from typer.testing import CliRunner
 
 from autorl.cli import app
-from conftest import make_template, run_cli
 
 runner = CliRunner()
 

@@ -5,7 +5,6 @@ exit and `ls` says it can never finish; a session where no stage succeeded exits
 import json
 
 import pytest
-
 from conftest import make_template, run_cli
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses

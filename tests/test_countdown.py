@@ -26,7 +26,8 @@ task = load("task")
 
 def test_splits_are_disjoint_and_deterministic():
     ids = {split: {p["id"] for p in task.problems(split, 300)} for split in task.SPLITS}
-    assert not ids["train"] & ids["validation"] and not ids["train"] & ids["test"] and not ids["validation"] & ids["test"]
+    assert (not ids["train"] & ids["validation"] and not ids["train"] & ids["test"]
+            and not ids["validation"] & ids["test"])
     assert [p["id"] for p in task.problems("validation", 50)] == [p["id"] for p in task.problems("validation", 50)]
 
 

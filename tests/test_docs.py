@@ -4,7 +4,6 @@ and the README stays an entry point (the rest lives in docs/)."""
 import re
 
 import pytest
-
 from conftest import REPO
 
 PAGES = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "benchmarks" / "results" / "README.md",

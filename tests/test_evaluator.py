@@ -9,8 +9,8 @@ from autorl import template as templates
 from autorl.errors import CheckpointError
 from autorl.evaluate import FrozenEvaluator, check_checkpoint
 from autorl.frozen import FrozenGuard
-from sandbox import choose_sandbox
 from autorl.workspace import Workspace
+from sandbox import choose_sandbox
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ import sys
 import time
 
 from conftest import wait_until
+
 from sandbox.executor import LocalExecutor, parse_footer, scrubbed_env
 
 

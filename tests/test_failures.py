@@ -4,14 +4,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import make_template, run_cli
 from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import FrozenFileError
-from sandbox import bwrap_works
 from autorl.session import create_session
-from conftest import make_template, run_cli
+from sandbox import bwrap_works
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 
@@ -31,7 +31,8 @@ def test_crashing_and_hanging_stages_fail_and_the_session_finishes(tmp_path, run
 
 
 def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, tracker):
-    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")))
+    template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
+                                                evaluate_py="fast_evaluate.py")))
     config = make_config(name="guarded", topic="t", template=str(template.path), stages=3,
                          runs_dir=runs_dir, tracking_uri=tracker.uri)
     controller = create_session(config, template, tracker)
@@ -69,8 +70,8 @@ def test_experiment_that_tampers_with_the_env_is_flagged_and_the_session_goes_on
 
 
 def test_a_trial_killed_by_the_oom_killer_fails_with_the_reason(tmp_path, runs_dir):
-    from sandbox.tiers import Sandbox
     from sandbox.cgroups import Limits
+    from sandbox.tiers import Sandbox
 
     if Sandbox(Limits()).cgroups is None:
         pytest.skip("no writable cgroup on this machine")

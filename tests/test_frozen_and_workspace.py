@@ -21,7 +21,8 @@ def test_workspace_is_a_git_repo_with_the_template(workspace):
 
 def test_train_script_commits_and_diff(workspace):
     original = workspace.head
-    text = workspace.train_script.read_text().replace("per_device_train_batch_size=64", "per_device_train_batch_size=32")
+    text = workspace.train_script.read_text().replace("per_device_train_batch_size=64",
+                                                      "per_device_train_batch_size=32")
     commit = workspace.commit_train_script(text, "smaller batch")
     assert commit != original and workspace.head == commit
     diff = workspace.diff_from_template(commit)

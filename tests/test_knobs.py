@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
 from autorl import template as templates
-from conftest import REPO
 
 pytestmark = pytest.mark.slow  # real TRL stages, one per parameter
 

@@ -13,8 +13,8 @@ def test_the_status_line_names_the_running_stage_and_its_phase():
     console = Console(file=StringIO(), width=160, force_terminal=False)
     view = LiveView(console)
     tree = Tree(base_score=0.5, base_stderr=0.01)
-    node = tree.add(Node(id="n001", parent=None, depth=1, hyperparameters={"max_steps": 20}, planned_steps=20, seed=1, proposer="tree",
-                         status=Status.RUNNING))
+    node = tree.add(Node(id="n001", parent=None, depth=1, hyperparameters={"max_steps": 20}, planned_steps=20, seed=1,
+                         proposer="tree", status=Status.RUNNING))
     view.tree, view.budget = tree, Budget(8, None)
     for phase, expected in (("starting", "n001 starting"), ("training", "n001 training"),
                             ("evaluating", "n001 evaluating")):

@@ -9,13 +9,13 @@ import json
 
 import openai
 import pytest
+from llm_server import MAX_TOKENS_REFUSAL, Answer, LLMServer, ScriptedLLM, strict_schema_errors
 
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import ConfigError
 from search.llm import LLMClient, LLMSettings, LLMUnavailable, ReplyCache
 from search.proposers.llm import reply_schema
-from llm_server import MAX_TOKENS_REFUSAL, Answer, LLMServer, ScriptedLLM, strict_schema_errors
 
 SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["parent", "rationale"],

@@ -136,8 +136,8 @@ def test_each_strategy_has_its_own_reply_schema(hybrid):
 
 
 def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
-    from search.llm import LLMClient, LLMSettings
     from autorl.workspace import Workspace
+    from search.llm import LLMClient, LLMSettings
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
                            context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
@@ -149,9 +149,9 @@ def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
 
 
 def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
+    from autorl.workspace import Workspace
     from search.llm import LLMClient, LLMSettings
     from search.proposers.llm import SearchRange
-    from autorl.workspace import Workspace
 
     drawn = []
     for seed in (100, 101):
@@ -163,8 +163,8 @@ def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
 
 
 def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
-    from search.llm import LLMClient, LLMSettings
     from autorl.workspace import Workspace
+    from search.llm import LLMClient, LLMSettings
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
                            context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
@@ -195,7 +195,8 @@ def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_pa
                        env={"OPENAI_API_KEY": "sk-test"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(run_cli("show", "seen", "--json").stdout)
-    assert [n["proposer"] for n in data["nodes"]] == ["llm"] * 3 and [n["parent"] for n in data["nodes"]] == [None, "n001", "n002"]
+    assert [n["proposer"] for n in data["nodes"]] == ["llm"] * 3
+    assert [n["parent"] for n in data["nodes"]] == [None, "n001", "n002"]
     prompts = [request["messages"][1]["content"] for request in llm.requests]
     assert len(prompts) == 3 and "No stage has run yet." in prompts[0]
     for later, node in ((prompts[1], "n001"), (prompts[2], "n002")):

@@ -8,16 +8,16 @@ the budget is spent. Nothing raises past the proposer except ProposalDropped.
 import json
 
 import pytest
+from llm_server import Answer, LLMServer, ScriptedLLM
 
-from search import study as hpo
 from autorl import template as templates
+from autorl.workspace import Workspace
+from search import study as hpo
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache
 from search.proposers.base import ProposalDropped
 from search.proposers.llm import LLMProposer, reply_schema
 from search.tree import Node, Status, Tree
-from autorl.workspace import Workspace
-from llm_server import Answer, LLMServer, ScriptedLLM
 
 TEMPLATE = templates.load("arith")
 
@@ -51,7 +51,8 @@ def make_proposer(tmp_path, workspace):
 
     def build(server, hybrid=False, cache=True, **settings):
         client = LLMClient(
-            LLMSettings(model="scripted", base_url=server.url, api_key="sk-test", timeout_s=1.0, max_retries=1, **settings),
+            LLMSettings(model="scripted", base_url=server.url, api_key="sk-test", timeout_s=1.0, max_retries=1,
+                        **settings),
             cache=ReplyCache(tmp_path / "replies.jsonl") if cache else None,
         )
         context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, curves=lambda node_id: "reward rising")
@@ -84,7 +85,8 @@ def test_valid_proposal(make_proposer, tree):
 
 
 def test_base_parent_and_edit_applied(make_proposer, tree, workspace):
-    edit = [{"file": "train.py", "search": "per_device_train_batch_size=64", "replace": "per_device_train_batch_size=32"}]
+    edit = [{"file": "train.py", "search": "per_device_train_batch_size=64",
+             "replace": "per_device_train_batch_size=32"}]
     with serve(reply(parent="base", edit=edit)) as server:
         proposal = make_proposer(server).propose(tree, "n001")
     assert proposal.parent is None

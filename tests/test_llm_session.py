@@ -4,11 +4,11 @@ import json
 
 import git
 import pytest
+from conftest import make_template, run_cli
+from llm_server import Answer, LLMServer, ScriptedLLM
 from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
-from conftest import make_template, run_cli
-from llm_server import Answer, LLMServer, ScriptedLLM
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 
@@ -64,7 +64,8 @@ def test_hybrid_session_with_an_edit_a_dropped_proposal_and_a_secret(tmp_path, r
     import mlflow  # every LLM call is a trace linked to the session run
 
     mlflow.set_tracking_uri(f"sqlite:///{runs_dir / 'mlflow.db'}")
-    traces = mlflow.search_traces(locations=[session.info.experiment_id], run_id=session.info.run_id, return_type="list")
+    traces = mlflow.search_traces(locations=[session.info.experiment_id], run_id=session.info.run_id,
+                                  return_type="list")
     assert len(traces) == len(llm.requests) == 5
 
     # No key, from the file or the environment, reached a trial.

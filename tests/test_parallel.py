@@ -5,13 +5,13 @@ import json
 from datetime import datetime
 
 import pytest
+from conftest import make_template, run_cli
 
 from autorl.slots import StageSlots
 from search.proposers import GridProposer, PbtProposer, ProposalDeferred
 from search.space import Param, SearchSpace
 from search.study import tpe_sampler
 from search.tree import Node, Status, Tree
-from conftest import make_template, run_cli
 
 SPACE = SearchSpace([
     Param(name="learning_rate", type="float", low=1e-6, high=1e-3, log=True, default=1e-5),

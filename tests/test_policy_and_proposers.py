@@ -5,15 +5,16 @@ import json
 import optuna
 import pytest
 
-from search import study as hpo
 from autorl import template as templates
+from search import study as hpo
 from search.policy import BestFirstPolicy
 from search.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
 from search.tree import Comparison, Finding, Node, Status, Tree
 
 
 def scored(tree, node_id, parent, score, depth=1):
-    node = Node(node_id, parent, depth, {}, seed=0, proposer="test", status=Status.SUCCEEDED, val_score=score, val_stderr=0.01)
+    node = Node(node_id, parent, depth, {}, seed=0, proposer="test", status=Status.SUCCEEDED, val_score=score,
+                val_stderr=0.01)
     return tree.add(node)
 
 

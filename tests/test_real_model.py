@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
-
 from conftest import REPO, narrow_space, run_cli, set_constants
+from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
 CACHE = REPO / "runs" / "cache" / "smollm2-135m-instruct"  # converted once, reused by later runs

@@ -8,9 +8,8 @@ import shutil
 import subprocess
 
 import pytest
-from mlflow.tracking import MlflowClient
-
 from conftest import make_template, run_cli
+from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow  # a whole CLI session in a subprocess
 

@@ -16,15 +16,15 @@ import time
 
 import optuna
 import pytest
+from conftest import AUTORL, REPO, ignore_sigint, make_template, releasing, run_cli, wait_until
 from mlflow.tracking import MlflowClient
 
-from search import study as hpo
 from autorl import template as templates
 from autorl.config import make_config, prepare_runs_dir
-from autorl.session import create_session
 from autorl.report import list_sessions, show_session
+from autorl.session import create_session
 from autorl.tracking import Tracker
-from conftest import AUTORL, REPO, ignore_sigint, make_template, releasing, run_cli, wait_until
+from search import study as hpo
 
 STAGES = 4
 ARGS = ["--stages", str(STAGES), "--seed", "3", "--name", "s"]
@@ -76,7 +76,8 @@ def check_invariants(runs_dir, data):
     runs = client.search_runs([session.info.experiment_id], max_results=1000)
     assert all(r.info.status in ("FINISHED", "FAILED", "KILLED") for r in runs)
     assert session.data.metrics["stages_spent"] == len(data["nodes"]) == STAGES
-    assert data["train_steps_spent"] == session.data.metrics["train_steps_spent"] == sum(n["steps"] for n in data["nodes"])
+    assert (data["train_steps_spent"] == session.data.metrics["train_steps_spent"]
+            == sum(n["steps"] for n in data["nodes"]))
     study = hpo.open_study(runs_dir, "s", 3)
     complete = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     owned = sorted(int(client.get_run(n["mlflow_run_id"]).data.tags["autorl.optuna_trial"]) for n in data["nodes"])
@@ -107,7 +108,8 @@ def test_killed_controller_resumes_to_the_same_tree(point, fast_template, refere
 
 
 def start_slow_session(template, name="slow", stages=3):
-    return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", str(stages), "--name", name],
+    return subprocess.Popen([*AUTORL, "research", "t", "--template", str(template), "--stages", str(stages),
+                             "--name", name],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=ignore_sigint)
 

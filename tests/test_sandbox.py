@@ -17,12 +17,22 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import wait_until
+
 from autorl.frozen import FrozenGuard, run_guarded
+from sandbox import (
+    BwrapSandbox,
+    GpuPool,
+    Limits,
+    Mounts,
+    Sandbox,
+    SandboxError,
+    bwrap_works,
+    choose_sandbox,
+    scrubbed_env,
+    select_gpus,
+)
 from sandbox.warm import WorkerPlan
-from sandbox import (BwrapSandbox, GpuPool, Limits, Mounts, Sandbox, SandboxError, bwrap_works, choose_sandbox,
-                     scrubbed_env, select_gpus)
 
 BWRAP, WHY_NOT = bwrap_works()
 WORKERS = ("cold", "warm")
@@ -99,7 +109,8 @@ def test_write_into_the_frozen_env(tier, layout):
         assert result.violations == []
     else:
         assert "wrote" in out
-        assert result.violations and "env/task.py (modified)" in result.violations[0] and "restored" in result.violations[0]
+        assert (result.violations and "env/task.py (modified)" in result.violations[0]
+                and "restored" in result.violations[0])
         assert not result.ok and "frozen files changed" in result.failure_reason(60)
 
 
@@ -297,7 +308,8 @@ def test_a_trial_sees_only_its_gpu_in_its_environment(layout):
     sandbox = Sandbox(Limits(), gpus=["3"])
     result, out, _ = run_hostile(sandbox, layout, "import os; print('cuda', repr(os.environ['CUDA_VISIBLE_DEVICES']))")
     assert result.ok and "cuda '3'" in out
-    result, out, _ = run_hostile(Sandbox(Limits()), layout, "import os; print('cuda', repr(os.environ['CUDA_VISIBLE_DEVICES']))")
+    result, out, _ = run_hostile(Sandbox(Limits()), layout,
+                                 "import os; print('cuda', repr(os.environ['CUDA_VISIBLE_DEVICES']))")
     assert "cuda ''" in out
 
 

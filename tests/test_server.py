@@ -9,7 +9,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from conftest import make_template, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

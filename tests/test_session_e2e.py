@@ -4,10 +4,10 @@ import json
 
 import git
 import pytest
+from conftest import make_template, run_cli
 from mlflow.tracking import MlflowClient
 
 from sandbox import bwrap_works
-from conftest import make_template, run_cli
 
 
 @pytest.mark.slow

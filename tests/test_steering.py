@@ -3,8 +3,8 @@
 import optuna
 import pytest
 
-from search import study as hpo
 from autorl import template as templates
+from search import study as hpo
 from search.novelty import duplicate_of, near_duplicate
 from search.proposers import TpeProposer
 from search.steering import steered_space
@@ -104,7 +104,8 @@ def test_every_finding_a_detector_raises_has_a_steering_rule():
 
     from search.steering import RULES
 
-    raised = set(re.findall(r'Finding\("([a-z_]+)"', (Path(__file__).parents[1] / "autorl" / "diagnose.py").read_text()))
+    source = (Path(__file__).parents[1] / "autorl" / "diagnose.py").read_text()
+    raised = set(re.findall(r'Finding\("([a-z_]+)"', source))
     assert raised and raised <= set(RULES), raised - set(RULES)
 
 

@@ -11,10 +11,10 @@ import sqlite3
 import subprocess
 
 import pytest
+from conftest import AUTORL, REPO, run_cli
 
 from autorl.errors import TrackingError
 from autorl.tracking import Tracker
-from conftest import AUTORL, REPO, run_cli
 
 EARLIER_REVISION = "bd07f7e963c5"  # the one before MLflow adds runs.deleted_time
 
@@ -76,7 +76,8 @@ def test_reading_commands_create_nothing(tmp_path, command):
 def test_a_tracking_uri_in_a_missing_folder_is_refused_not_created(tmp_path):
     missing = tmp_path / "no" / "such"
     for command, code in ((["ls"], 0), (["show", "x"], 1), (["research", "topic", "--stages", "1"], 1)):
-        done = run_cli(*command, "--tracking-uri", f"sqlite:///{missing}/x.db", "--runs-dir", str(tmp_path / "fresh-runs"))
+        done = run_cli(*command, "--tracking-uri", f"sqlite:///{missing}/x.db",
+                       "--runs-dir", str(tmp_path / "fresh-runs"))
         assert done.returncode == code and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert not missing.exists() and not (tmp_path / "fresh-runs").exists()
         if command == ["ls"]:

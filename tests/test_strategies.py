@@ -3,12 +3,12 @@ and tracking as the tree search (with an experiment that trains nothing and a st
 evaluator, so it is fast)."""
 
 import pytest
+from conftest import make_template
 from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
 from autorl.config import make_config
 from autorl.session import create_session
-from conftest import make_template
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,8 @@ def test_splits_are_deterministic(task):
 
 def test_rewards_accept_chat_completions(task):
     answer = task.problems("validation", 1)[0]["answer"]
-    completions = [[{"role": "assistant", "content": task.target_text(answer)}], [{"role": "assistant", "content": "5"}]]
+    completions = [[{"role": "assistant", "content": task.target_text(answer)}],
+                   [{"role": "assistant", "content": "5"}]]
     assert task.correctness_reward(completions, answer=[answer, answer]) == [1.0, 0.0]
     assert task.format_reward(completions) == [0.25, 0.0]
 
@@ -57,5 +58,6 @@ def test_unknown_split_is_an_error(task):
 
 def test_digitsort_gives_partial_credit_where_arith_gives_none():
     digitsort = load_task("digitsort")
-    rewards = digitsort.correctness_reward(["<answer>012399</answer>", "<answer>999999</answer>"], answer=["012345"] * 2)
+    rewards = digitsort.correctness_reward(["<answer>012399</answer>", "<answer>999999</answer>"],
+                                           answer=["012345"] * 2)
     assert rewards == [round(0.5 * 4 / 6, 6), 0.0]

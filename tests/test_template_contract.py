@@ -4,11 +4,11 @@ import json
 import shutil
 
 import pytest
+from conftest import make_template
 
 from autorl import template as templates
 from autorl.errors import ContractError, TemplateError
 from autorl.evaluate import read_eval_output
-from conftest import make_template
 
 
 def write(relative, text):
@@ -49,7 +49,8 @@ BROKEN = {
     "constants not TOML": (write("env/constants.toml", "[model\n"), "env/constants.toml is not valid TOML"),
     "constants without stage": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n'),
                                 "env/constants.toml lacks 'stage'"),
-    "negative wall budget": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n[stage]\nwall_seconds = -1\n'),
+    "negative wall budget": (write("env/constants.toml",
+                                   '[model]\nbase_model = "base_model"\n[stage]\nwall_seconds = -1\n'),
                              "wall_seconds = -1 is not a positive number"),
     "negative stage noise": (write("env/constants.toml", '[model]\nbase_model = "base_model"\n[stage]\n'
                                                          'wall_seconds = 9\n[noise]\nstage_sd = -0.1\n'),
@@ -144,10 +145,9 @@ def test_extra_evaluator_numbers_are_kept_and_bad_ones_dropped():
 
 
 def test_extra_evaluator_numbers_reach_mlflow_and_the_proposers_context():
+    from autorl.records import node_metrics
     from search.context import ContextBuilder
     from search.tree import Node, Status, Tree
-
-    from autorl.records import node_metrics
 
     node = Node("n001", None, 1, {"learning_rate": 1e-5}, seed=1, proposer="tree", status=Status.SUCCEEDED,
                 val_score=0.6, val_stderr=0.02, eval_metrics={"format_rate": 0.93})

@@ -8,8 +8,8 @@ import pytest
 from safetensors.torch import load_file
 
 from autorl import template as templates
-from sandbox import parse_footer, scrubbed_env
 from autorl.spec import TrialSpec
+from sandbox import parse_footer, scrubbed_env
 
 TRL_KEYS = {"reward", "reward_std", "frac_reward_zero_std", "entropy", "loss", "grad_norm", "learning_rate",
             "completions/mean_length", "completions/clipped_ratio", "kl"}

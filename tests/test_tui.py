@@ -8,6 +8,7 @@ import time
 import optuna
 import pexpect
 import pytest
+from conftest import AUTORL, REPO, make_template, run_cli
 from mlflow.tracking import MlflowClient
 
 from autorl import template as templates
@@ -15,7 +16,6 @@ from autorl.approval import Gate
 from autorl.config import make_config
 from autorl.session import create_session
 from autorl.tui import TuiObserver, make_app
-from conftest import AUTORL, REPO, make_template, run_cli
 
 
 @pytest.fixture
@@ -25,7 +25,8 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 def fast_template(tmp_path_factory):
-    path = make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    path = make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
+                         evaluate_py="fast_evaluate.py")
     return templates.load(str(path))
 
 

@@ -231,7 +231,8 @@ class LLMProposer:
         expandable = self.expandable(tree)
         if name not in expandable:
             choices = ", ".join(e or "base" for e in expandable)
-            why = "is not in the tree" if name not in tree.nodes else "cannot be extended (failed or at the depth limit)"
+            why = ("is not in the tree" if name not in tree.nodes
+                   else "cannot be extended (failed or at the depth limit)")
             raise ProposalError(f"parent {name!r} {why}; choose one of: {choices}")
         return name
 
@@ -241,7 +242,8 @@ class LLMProposer:
         for item in ranges:
             param = self.space.params.get(item.name)
             if param is None or param.type == "categorical":
-                raise ProposalError(f"search range for {item.name!r}: only numeric parameters of the space can be searched")
+                raise ProposalError(f"search range for {item.name!r}: "
+                                    "only numeric parameters of the space can be searched")
             low, high = max(item.low, param.low), min(item.high, param.high)
             if not low < high:
                 raise ProposalError(f"search range for {item.name!r} [{item.low:g}, {item.high:g}] is empty inside "
@@ -269,14 +271,16 @@ class LLMProposer:
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
         fail_trial(self.study, proposal.optuna_trial)
         self.feedback.append(f"your proposal from {proposal.parent or 'base'} "
-                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) nearly repeats {twin.id}, which "
+                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) "
+                             f"nearly repeats {twin.id}, which "
                              "already ran from there with the same train.py; it was not run. Propose something that "
                              "differs (other values, another parent, or an edit)")
 
     def withdraw_failure(self, proposal: Proposal, evidence: str) -> None:
         fail_trial(self.study, proposal.optuna_trial)
         self.feedback.append(f"your proposal from {proposal.parent or 'base'} "
-                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) was not run: it repeats a known "
+                             f"({json.dumps(proposal.hyperparameters, sort_keys=True)}) "
+                             "was not run: it repeats a known "
                              f"failure. {evidence}. Propose something outside that region")
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:

@@ -86,7 +86,7 @@ class PbtProposer(BaseProposer):
         top, bottom = ranked[:quarter], set(ranked[-quarter:])
         rng = self.rng("exploit", round_)
         after = []
-        for i, (member, stage) in enumerate(zip(members, stages)):
+        for i, (_member, stage) in enumerate(zip(members, stages)):
             if i not in bottom and stage.scored:
                 after.append(Member(stage.id, stage.hyperparameters, f"continues {stage.id}"))
                 continue

@@ -24,8 +24,8 @@ import optuna
 from optuna.trial import TrialState
 
 from search.proposers.base import BaseProposer, Proposal, ProposalDeferred
-from search.study import fail_trial, reseed
 from search.space import Param, SearchSpace
+from search.study import fail_trial, reseed
 from search.tree import Node, Tree
 
 
@@ -173,7 +173,8 @@ class FlatTpeProposer(ScheduleProposer):
     def draw(self, index: int) -> list[dict[str, Any]]:
         if (trial := self.running_trial(index)) is not None:  # resuming: drawn before the stop
             params, self.trial = trial.params, trial.number
-            return [{name: params[f"s{i}.{name}"] for name in self.space.params} for i in range(1, params["stages"] + 1)]
+            return [{name: params[f"s{i}.{name}"] for name in self.space.params}
+                    for i in range(1, params["stages"] + 1)]
         reseed(self.study, self.seed, index)
         trial = self.study.ask()
         trial.set_user_attr("schedule", index)

@@ -24,9 +24,9 @@ from search.memory import learning_rate_limit
 from search.novelty import duplicate_of
 from search.prior import grown_ranges, lifted
 from search.proposers.base import BaseProposer, Proposal
-from search.study import fail_orphan_trials, fail_trial, record_node, reseed
 from search.space import SearchSpace
 from search.steering import STEP, local_ranges, steered_space
+from search.study import fail_orphan_trials, fail_trial, record_node, reseed
 from search.tree import Node, Tree
 
 MAX_RESAMPLES = 3
@@ -67,7 +67,8 @@ class TpeProposer(BaseProposer):
         parent_values = node.hyperparameters if node else {}
         ranges, fixed, applied = steered_space(self.space, parent_values, findings, self.step)
         commit = node.commit if node else None
-        notes = [f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())] if applied else []
+        notes = ([f"steered by {parent}'s diagnosis: " + ", ".join(f"{k} {v}" for k, v in applied.items())]
+                 if applied else [])
         if self.local and node:
             ranges = local_ranges(self.space, parent_values, ranges, self.step)
         if self.schedule_prior and node:

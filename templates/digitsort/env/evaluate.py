@@ -46,7 +46,8 @@ def generate(tokenizer, model, problems: list[dict], max_new_tokens: int, batch_
     texts: list[str] = []
     for start in range(0, len(problems), batch_size):
         batch = problems[start : start + batch_size]
-        prompts = [tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False) for p in batch]
+        prompts = [tokenizer.apply_chat_template(p["prompt"], add_generation_prompt=True, tokenize=False)
+                   for p in batch]
         encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         output = model.generate(
             **encoded,
