@@ -56,12 +56,16 @@ def option(field: str, *flags: str, **extra) -> typer.models.OptionInfo:
     return typer.Option(info.default, *flags, help=info.description, **extra)
 
 
-def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: bool = False):
-    """The runs directory and its tracker; only ``create`` (research) makes either."""
+def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: bool = False,
+                 session: str | None = None):
+    """The runs directory and its tracker; only ``create`` (research) makes either. Without
+    ``--tracking-uri``, a ``session``'s folder says which store it was recorded in."""
     from autorl.config import default_runs_dir, prepare_runs_dir
-    from autorl.tracking import Tracker
+    from autorl.tracking import Tracker, remembered_uri
 
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
+    if tracking_uri is None and session is not None:
+        tracking_uri = remembered_uri(runs, session)
     tracker = Tracker.for_runs_dir(runs, tracking_uri, create=create)
     if create:
         tracker.check_creatable()  # before the runs directory is made: a refusal leaves nothing behind
@@ -206,7 +210,7 @@ def drive_tui(controller, runs: Path, tracker) -> None:
     console.print(f"session {name}: {controller.status} ({controller.reason})")
     if controller.status == "stopped":
         console.print(f"continue with:  autorl resume {name} --runs-dir {runs}")
-    console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
+    console.print(f"browse runs:    {browse_hint(tracker.uri)}")
 
 
 def drive(controller, runs: Path, tracker) -> None:
@@ -219,7 +223,7 @@ def drive(controller, runs: Path, tracker) -> None:
         err_console.print(f"[yellow]stopped[/]; continue with:  autorl resume {name} --runs-dir {runs}")
         raise typer.Exit(130) from None
     console.print(f"show the tree:  autorl show {name} --runs-dir {runs}")
-    console.print(f"browse runs:    mlflow ui --backend-store-uri {tracker.uri}")
+    console.print(f"browse runs:    {browse_hint(tracker.uri)}")
     if controller.status != "finished":
         err_console.print(f"[bold red]{controller.status}:[/]", escape(controller.reason), highlight=False,
                           soft_wrap=True)
@@ -234,6 +238,12 @@ def stop_on_signals() -> None:
     inherits SIGINT as ignored, and Python then installs no handler of its own."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _raise_interrupt)
+
+
+def browse_hint(uri: str) -> str:
+    """How to look at the runs: a tracking server is its own UI; a file store needs one."""
+    return f"{uri} (the MLflow server's UI)" if uri.startswith(("http://", "https://")) \
+        else f"mlflow ui --backend-store-uri {uri}"
 
 
 def _raise_interrupt(signum, frame):
@@ -259,7 +269,7 @@ def resume(
     from autorl.resume import resume_session, stored_config
     from search.llm import read_api_key
 
-    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     run = tracker.find_session(name)
     stored = stored_config(run)
     mode = approve or (stored.approve if stored else "none")
@@ -293,7 +303,7 @@ def tui(
     from autorl.resume import stored_config
     from autorl.tui import attach_app
 
-    runs, tracker = open_tracker(runs_dir, tracking_uri)
+    runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     run = tracker.find_session(name)
     stored = stored_config(run) if run is not None else None
     if stored is None:
@@ -380,7 +390,7 @@ def show(
     from autorl.report import show_session
     from search.tree import schedule_text
 
-    _, tracker = open_tracker(runs_dir, tracking_uri)
+    _, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     data = show_session(tracker, name)
     if as_json:
         print(json.dumps(data, indent=2))
@@ -429,7 +439,7 @@ def report(
     """Write a session's report (Markdown and HTML with figures) and log it to its MLflow run."""
     from autorl.session_report import report_session
 
-    _, tracker = open_tracker(runs_dir, tracking_uri)
+    _, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     paths = report_session(tracker, name)
     console.print(f"report: {paths['html']}\n        {paths['markdown']}", highlight=False)
     if open_it:

@@ -32,7 +32,7 @@ from autorl.observer import Observer, Observers
 from autorl.ray_stages import RayStages, reach
 from autorl.stage import StageRunner
 from autorl.template import Template
-from autorl.tracking import Tracker
+from autorl.tracking import Tracker, remember_store
 from autorl.workers import worker_plan
 from autorl.workspace import Workspace
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox, select_gpus
@@ -191,6 +191,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
+    remember_store(config.session_dir, tracker.uri)  # show, resume, report and tui find it from the runs directory
     faults.point("workspace_made")
     run_id = tracker.start_session(
         config.name,

@@ -36,6 +36,22 @@ def default_uri(runs_dir: Path) -> str:
     return f"sqlite:///{runs_dir / 'mlflow.db'}"
 
 
+STORE_FILE = "store.json"  # in a session's folder: the tracking store it is recorded in
+
+
+def remember_store(session_dir: Path, uri: str) -> None:
+    (session_dir / STORE_FILE).write_text(json.dumps({"tracking_uri": uri}) + "\n")
+
+
+def remembered_uri(runs_dir: Path, session: str) -> str | None:
+    """The tracking store a session of ``runs_dir`` was recorded in, if its folder says."""
+    path = runs_dir / "sessions" / session / STORE_FILE
+    try:
+        return json.loads(path.read_text())["tracking_uri"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def probe_http(uri: str, timeout: float = 5.0) -> None:
     """Fail fast when a tracking server does not answer (MLflow itself retries for minutes)."""
     try:

@@ -52,6 +52,11 @@ def test_two_users_share_one_server_and_study_database(server, fast_template, tm
         done = run_cli("research", "t", "--template", str(fast_template), "--stages", "2", "--name", f"{user}-s",
                        "--runs-dir", str(tmp_path / user), *store, "--study-storage", server["study"])
         assert done.returncode == 0, done.stderr
+        # the hints it prints work as printed: the session folder remembers its store
+        assert f"autorl show {user}-s --runs-dir {tmp_path / user}" in done.stdout
+        assert f"browse runs:    {server['tracking']} (the MLflow server's UI)" in done.stdout
+        as_printed = run_cli("show", f"{user}-s", "--json", "--runs-dir", str(tmp_path / user))
+        assert as_printed.returncode == 0 and json.loads(as_printed.stdout)["name"] == f"{user}-s"
     listed = json.loads(run_cli("ls", "--json", "--runs-dir", str(tmp_path / "ann"), *store).stdout)
     assert {"ann-s", "bob-s"} <= {s["name"] for s in listed}
     shown = json.loads(run_cli("show", "bob-s", "--json", "--runs-dir", str(tmp_path / "ann"), *store).stdout)
