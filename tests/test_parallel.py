@@ -10,7 +10,6 @@ from conftest import make_template, run_cli
 from autorl.slots import StageSlots
 from search.proposers import GridProposer, PbtProposer, ProposalDeferred
 from search.space import Param, SearchSpace
-from search.study import tpe_sampler
 from search.tree import Node, Status, Tree
 
 SPACE = SearchSpace([
@@ -62,10 +61,6 @@ def test_a_schedule_waits_for_its_previous_stage():
     tree.add(node("n001", proposer="grid", **first.hyperparameters))
     grid.observe(tree, tree.nodes["n001"])
     assert grid.propose(tree, None).parent == "n001"
-
-
-def test_tpe_counts_a_running_trial_as_a_poor_one():
-    assert tpe_sampler(0)._constant_liar
 
 
 def test_slots_hand_back_steps_and_results_in_order():
