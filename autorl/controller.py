@@ -167,11 +167,6 @@ class Controller:
                                   + (f" (one per GPU; --parallel {self.config.parallel})" if capped else "")
                                   + (f", {cpus:g} CPUs each" if cpus else ""))
 
-    def step(self) -> Node | None:
-        """Propose, train, score and record one stage (None when the proposal was dropped)."""
-        node = self.propose_next()
-        return self.launch(node) if node is not None else None
-
     def propose_next(self) -> Node | None:
         """The next stage, proposed, reviewed and charged to the budget, not yet started
         (None when the proposal was dropped or rejected, or the proposer waits for a

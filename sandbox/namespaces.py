@@ -123,11 +123,3 @@ def drop_capabilities() -> None:
     header, data = _CapHeader(LINUX_CAPABILITY_VERSION_3, 0), (_CapData * 2)()
     _check(_libc.capset(ctypes.byref(header), data), "capset")
     prctl(PR_SET_NO_NEW_PRIVS, 1)
-
-
-def capabilities_effective() -> int:
-    """The effective capability mask of this process (0 when it holds none)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return -1

@@ -145,16 +145,6 @@ class WarmWorker:
                 pass
             self.process = None
 
-    def rss_bytes(self) -> int | None:
-        """The worker's resident memory (shared with its runs until they write to it)."""
-        try:
-            for line in Path(f"/proc/{self.host_pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        except (OSError, TypeError):
-            pass
-        return None
-
     # -- runs ---------------------------------------------------------------------------------
 
     def covers(self, argv: list[str], mounts) -> bool:

@@ -37,7 +37,7 @@ def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, 
                          runs_dir=runs_dir, tracking_uri=tracker.uri)
     controller = create_session(config, template, tracker)
     controller.score_base()
-    first = controller.step()
+    first = controller.launch(controller.propose_next())
     assert first.scored
 
     evaluator = controller.parts.workspace.path / "env" / "evaluate.py"
