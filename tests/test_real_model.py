@@ -67,3 +67,24 @@ def test_smollm_countdown_session_trains_scores_and_logs(tmp_path, runs_dir):
     footer = (node_dir / "stdout.log").read_text()
     assert "device: cpu" in footer and "generation: hf" in footer
 
+
+
+def test_a_lora_stage_of_smollm_trains_merges_and_is_scored(tmp_path, runs_dir):
+    """lora_rank 16 on CPU: the adapter is trained and merged into full weights (the checkpoint
+    holds the base model's tensors and no adapter), and the frozen evaluator scores it."""
+    from safetensors.torch import load_file
+
+    template, base = tmp_path / "mine", smollm2_folder()
+    assert run_cli("init", str(template), "--template", "countdown", "--base-model", str(base)).returncode == 0
+    narrow_space(template, {"num_generations": "[4]", "max_completion_length": "[16]", "max_steps": "[2]",
+                            "lora_rank": "[16]"})
+    set_constants(template, completions_per_step=8, train_size=64, validation_size=8, test_size=8,
+                  max_new_tokens=16, batch_size=8)
+    done = run_cli("research", "lora", "--template", str(template), "--stages", "1", "--name", "lora", timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    node = json.loads(run_cli("show", "lora", "--json").stdout)["nodes"][0]
+    assert node["status"] == "succeeded" and node["val_score"] is not None
+    assert node["hyperparameters"]["lora_rank"] == 16 and node["steps"] == 2
+    checkpoint = runs_dir / "sessions" / "lora" / "nodes" / "n001" / "checkpoint"
+    assert not (checkpoint / "adapter_config.json").exists()  # merged: full weights, the adapter folded in
+    assert load_file(str(checkpoint / "model.safetensors")).keys() == load_file(str(base / "model.safetensors")).keys()

@@ -132,8 +132,8 @@ def lora_config(rank: int):
     if rank == 0:
         return None
     if importlib.util.find_spec("peft") is None:
-        raise SystemExit(f"lora_rank={rank} needs the peft package (the GPU set installs it: scripts/setup --gpu); "
-                         "on a CPU install keep lora_rank = 0 in space.toml")
+        raise SystemExit(f"lora_rank={rank} needs the peft package (scripts/setup installs it); "
+                         "without it keep lora_rank = 0 in space.toml")
     from peft import LoraConfig
 
     return LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", task_type="CAUSAL_LM")
