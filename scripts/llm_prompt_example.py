@@ -64,7 +64,7 @@ def prompt_after(record: dict, count: int) -> tuple[str, str]:
                              diff=lambda commit: record["diffs"].get(commit, ""), noise=template_noise(template),
                              max_depth=MAX_DEPTH, hybrid=True)
     stages = record["stages"] * 2
-    view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH).select(tree, stages - count, stages), has_policy=True,
+    view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH).select(tree, stages - count, stages),
                       expandable=[None] + [n.id for n in tree.scored() if n.depth < MAX_DEPTH],
                       budget=f"{count} of {stages} stages spent")
     system, user = (m["content"] for m in context.messages(tree, view))

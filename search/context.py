@@ -94,11 +94,10 @@ class Noise:
 
 @dataclass
 class PromptView:
-    """What the proposer knows when it asks: the policy's pick (None: the base model or no
-    policy), the nodes that may be extended, the budget and the feedback to pass on."""
+    """What the proposer knows when it asks: the tree policy's pick (None: the base model),
+    the nodes that may be extended, the budget and the feedback to pass on."""
 
     suggested: str | None
-    has_policy: bool
     expandable: list[str | None]
     budget: str
     feedback: list[str] = field(default_factory=list)
@@ -180,12 +179,12 @@ class ContextBuilder:
         """The policy's pick first, then the best expandable nodes by score."""
         ranked = sorted((e for e in view.expandable if e is not None), key=lambda e: tree.nodes[e].val_score,
                         reverse=True)
-        chosen = [view.suggested] if view.has_policy else []
+        chosen: list[str | None] = [view.suggested]
         chosen += [e for e in ranked if e not in chosen][: max(0, count - len(chosen))]
         return chosen + ([None] if None in view.expandable and None not in chosen else [])  # the base: one line
 
     def candidate_block(self, tree: Tree, node_id: str | None, view: PromptView, curves: bool) -> str:
-        pick = " — the tree policy's pick" if view.has_policy and node_id == view.suggested else ""
+        pick = " — the tree policy's pick" if node_id == view.suggested else ""
         if node_id is None:
             base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
             return (f"## base{pick}\n- the base model: validation {base}; "
@@ -216,7 +215,7 @@ class ContextBuilder:
         blocks = [self.candidate_block(tree, c, view, curves=i < shape["curves"]) for i, c in enumerate(chosen)]
         expandable = ", ".join(e or "base" for e in view.expandable)
         pick = (f"The tree policy picks **{view.suggested or 'base'}** (UCT over validation scores; you may choose "
-                "any expandable node)." if view.has_policy else "No policy picks for you: choose the parent yourself.")
+                "any expandable node).")
         feedback = ("\n\n# Feedback on your last proposal\n\n" + "\n".join(f"- {f}" for f in view.feedback[-5:])
                     if view.feedback else "")
         mattered = importance_text(param_importance(tree, self.space), len(tree.scored()))

@@ -48,7 +48,7 @@ def hand_built_tree() -> Tree:
 
 
 def user_prompt(tree, view=None, **kwargs) -> str:
-    view = view or PromptView(suggested="n002", has_policy=True, expandable=[None, "n001", "n002"],
+    view = view or PromptView(suggested="n002", expandable=[None, "n001", "n002"],
                               budget="3 of 8 stages spent")
     return context(**kwargs).messages(tree, view)[1]["content"]
 
@@ -86,7 +86,7 @@ def test_the_depth_limit_and_the_nodes_at_it_are_named():
 
 
 def test_failures_noise_budget_and_feedback_are_shown():
-    view = PromptView(suggested=None, has_policy=True, expandable=[None, "n001", "n002"],
+    view = PromptView(suggested=None, expandable=[None, "n001", "n002"],
                       budget="3 of 8 stages spent", feedback=["your proposal nearly repeats n003"])
     prompt = user_prompt(hand_built_tree(), view)
     assert "- n004 ← n001 (stage 2): failed (the stage crashed: CUDA out of memory)" in prompt
@@ -97,7 +97,7 @@ def test_failures_noise_budget_and_feedback_are_shown():
 
 
 def test_the_guard_rule_and_the_strategy_task_are_stated():
-    system = context().messages(Tree(), PromptView(None, True, [None], ""))[0]["content"]
+    system = context().messages(Tree(), PromptView(None, [None], ""))[0]["content"]
     assert "within 5% of its range" in system and "at most 3 stages" in system
     hybrid = user_prompt(hand_built_tree(), hybrid=True)
     assert "TPE sampler (seeded by the session) draws one value" in hybrid
@@ -107,7 +107,7 @@ def test_the_guard_rule_and_the_strategy_task_are_stated():
 def test_the_part_that_never_changes_comes_first():
     tree = hand_built_tree()
     earlier = Tree(base_score=0.535, base_stderr=0.016)
-    prompts = [user_prompt(earlier, PromptView(None, True, [None], "0 of 8 stages spent")), user_prompt(tree)]
+    prompts = [user_prompt(earlier, PromptView(None, [None], "0 of 8 stages spent")), user_prompt(tree)]
     static = [p[: p.index(STATIC_END)] for p in prompts]
     assert static[0] == static[1] and "GRPOTrainer(" in static[0] and "# Research brief" in static[0]
     assert "n001" not in static[1]
@@ -122,7 +122,7 @@ def test_a_large_tree_fits_the_token_budget_and_keeps_the_pick():
         tree.add(Node(f"n{i:03d}", parent, depth, DEFAULTS, seed=i, proposer="llm", commit="edited", edited=True,
                       status=Status.SUCCEEDED, val_score=0.5 + i / 1000, val_stderr=0.015, rationale="x" * 2000,
                       diagnosis=[COLLAPSE] * 6))
-    view = PromptView(suggested="n002", has_policy=True, expandable=[None, "n002", "n120"], budget="120 of 200")
+    view = PromptView(suggested="n002", expandable=[None, "n002", "n120"], budget="120 of 200")
     prompt = user_prompt(tree, view, max_tokens=3000)
     assert len(prompt) <= 3000 * 4
     assert "## n002 — the tree policy's pick" in prompt and "Reply with the JSON object now." in prompt

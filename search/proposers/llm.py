@@ -160,7 +160,7 @@ class LLMProposer:
             why = spent or f"{self.consecutive_drops} proposals in a row were invalid"
             self.consecutive_drops = 0
             return self._fallback(tree, parent, why)
-        view = PromptView(suggested=parent, has_policy=True, expandable=self.expandable(tree),
+        view = PromptView(suggested=parent, expandable=self.expandable(tree),
                           budget=self.budget_text(), feedback=self.feedback)
         messages = self.context.messages(tree, view)
         self.attempts += 1
