@@ -209,7 +209,7 @@ class ContextBuilder:
                      f"{_clip(diff, MAX_DIFF_CHARS)}\n```")
         return "\n".join(lines)
 
-    def dynamic(self, tree: Tree, view: PromptView, shape: dict) -> str:
+    def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str) -> str:
         base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
         chosen = self.candidates(tree, view, shape["candidates"])
         blocks = [self.candidate_block(tree, c, view, curves=i < shape["curves"]) for i, c in enumerate(chosen)]
@@ -218,7 +218,6 @@ class ContextBuilder:
                 "any expandable node).")
         feedback = ("\n\n# Feedback on your last proposal\n\n" + "\n".join(f"- {f}" for f in view.feedback[-5:])
                     if view.feedback else "")
-        mattered = importance_text(param_importance(tree, self.space), len(tree.scored()))
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), pick=pick, expandable=expandable,
@@ -229,8 +228,9 @@ class ContextBuilder:
     def messages(self, tree: Tree, view: PromptView) -> list[dict]:
         budget_chars = self.max_tokens * CHARS_PER_TOKEN
         static = self.static(tree)
+        mattered = importance_text(param_importance(tree, self.space), len(tree.scored()))  # once: it fits a forest
         for shape in SHAPES:
-            user = static + "\n\n" + self.dynamic(tree, view, shape)
+            user = static + "\n\n" + self.dynamic(tree, view, shape, mattered)
             if len(user) <= budget_chars:
                 break
         if len(user) > budget_chars:  # only train.py can still be too long: keep its head and tail
@@ -238,7 +238,7 @@ class ContextBuilder:
             middle = len(self.train_py) // 2
             shortened = (self.train_py[: max(0, middle - excess // 2)] + "\n# … (middle omitted) …\n"
                          + self.train_py[middle + excess // 2:])
-            user = self.static(tree, shortened) + "\n\n" + self.dynamic(tree, view, SHAPES[-1])
+            user = self.static(tree, shortened) + "\n\n" + self.dynamic(tree, view, SHAPES[-1], mattered)
         return [{"role": "system", "content": self.system()}, {"role": "user", "content": user}]
 
 
