@@ -97,5 +97,5 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     stores = Stores(tracker, run.info.run_id, workspace, guard, make_sandbox(config, template), lock)
     controller = assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key, tree=tree)
     controller.parts.proposer.restore(tree, run.data.metrics)
-    controller.rejected_proposals = int(run.data.metrics.get("rejected_proposals", 0))
+    controller.review.rejected = int(run.data.metrics.get("rejected_proposals", 0))
     return controller

@@ -20,11 +20,13 @@ from autorl import faults, remote_stage
 from autorl.approval import Gate
 from autorl.budget import Budget, session_budget
 from autorl.channel import Channel, ChannelObserver
+from autorl.collaborators import Collaborators
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
-from autorl.controller import Collaborators, Controller
+from autorl.controller import Controller
 from autorl.curves import curves_text, read_records, summarise_curves
 from autorl.errors import ConfigError, SessionError
 from autorl.evaluate import FrozenEvaluator
+from autorl.executor import Executor, LocalStages, RayExecutor
 from autorl.frozen import FrozenGuard
 from autorl.goals import Goals
 from autorl.lock import SessionLock
@@ -35,7 +37,7 @@ from autorl.template import Template
 from autorl.tracking import Tracker, remember_store
 from autorl.workers import worker_plan
 from autorl.workspace import Workspace
-from sandbox import DEFAULT_LIMITS, Limits, Sandbox, choose_sandbox, select_gpus
+from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
 from search.context import ContextBuilder, Noise
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
@@ -249,9 +251,21 @@ def open_channel(config: SessionConfig, template: Template, gate: Gate | None) -
     return channel
 
 
-def ray_stages(config: SessionConfig, template: Template, stores: Stores, notify: Callable[[str], None]) -> RayStages:
-    """The Ray side of ``--executor ray``: what every stage's job needs, and the cluster."""
+def make_executor(config: SessionConfig, template: Template, stores: Stores,
+                  notify: Callable[[str], None]) -> Executor:
+    """Where stages run: this machine's sandbox, or (``--executor ray``) a Ray cluster."""
+    pristine = template.path / "env"
     plan = worker_plan(config, template, stores.workspace.path) if config.workers == "warm" else None
+    runner = StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine)
+    evaluator = FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine)
+    if config.executor != "ray":
+        return LocalStages(runner, evaluator, plan)
+    return RayExecutor(runner, evaluator, ray_stages(config, template, stores, plan, notify), plan)
+
+
+def ray_stages(config: SessionConfig, template: Template, stores: Stores, plan: WorkerPlan | None,
+               notify: Callable[[str], None]) -> RayStages:
+    """The Ray side of ``--executor ray``: what every stage's job needs, and the cluster."""
     task = remote_stage.session_task(stores.workspace.path, config.session_dir / "frozen_hashes.json", config.sandbox,
                                      stores.sandbox.limits, template.path / "env", plan)
     return RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", task,
@@ -266,19 +280,13 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     observer = Observers(observer or Observer(), ChannelObserver(channel))
     gate = gate or Gate("none")
     gate.channel = channel
-    pristine = template.path / "env"
-    if config.workers == "warm":
-        stores.sandbox.start_worker(worker_plan(config, template, stores.workspace.path))
-    ray = ray_stages(config, template, stores, notify=observer.message) if config.executor == "ray" else None
     proposer = make_proposer(config, template, stores.workspace, budget, api_key, notify=observer.message,
                              tracer=partial(stores.tracker.llm_span, stores.run_id, config.name))
     parts = Collaborators(
         tracker=stores.tracker,
         workspace=stores.workspace,
-        evaluator=FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine),
-        runner=StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine),
+        executor=make_executor(config, template, stores, notify=observer.message),
         proposer=proposer,
-        ray=ray,
         policy=None if proposer.chooses_parent else BestFirstPolicy(
             config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
             leaf_width=config.leaf_width),

@@ -147,7 +147,7 @@ class LocalLink:
         return self.controller.budget.describe()
 
     def diff(self, message: ProposalPending) -> str:
-        return self.controller.proposal_diff(message.proposal, message.parent)
+        return self.controller.review.diff(message.proposal, message.parent)
 
     def proposer(self, message: ProposalPending) -> str:
         return self.controller.parts.proposer.name

@@ -36,7 +36,7 @@ def test_frozen_file_changed_between_stages_refuses_scoring(tmp_path, runs_dir, 
     config = make_config(name="guarded", topic="t", template=str(template.path), stages=3,
                          runs_dir=runs_dir, tracking_uri=tracker.uri)
     controller = create_session(config, template, tracker)
-    controller.score_base()
+    controller.scoring.base()
     first = controller.launch(controller.propose_next())
     assert first.scored
 

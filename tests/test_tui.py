@@ -71,7 +71,8 @@ async def test_reject_with_a_reason_fails_the_trial_and_reaches_mlflow(fast_temp
         assert app.pending.proposal.hyperparameters != first.hyperparameters  # not the same stage again
         await pilot.press("a")
         await until(pilot, lambda: app.ended is not None)
-    decisions = [json.loads(line) for line in (controller.session_dir / "decisions.jsonl").read_text().splitlines()]
+    decisions_file = controller.config.session_dir / "decisions.jsonl"
+    decisions = [json.loads(line) for line in decisions_file.read_text().splitlines()]
     assert decisions[0]["action"] == "reject" and decisions[0]["reason"] == "too timid" and decisions[0]["node"] is None
     assert decisions[1]["action"] == "approve" and decisions[1]["node"] == "n001"
     study = controller.parts.proposer.study
@@ -133,7 +134,7 @@ async def test_quit_stops_the_session_cleanly(fast_template, runs_dir, tracker):
         await pilot.press("q")
         await until(pilot, lambda: app.ended is not None)
     assert controller.status == "stopped" and controller.tree.nodes == {}
-    decisions = controller.session_dir / "channel" / "decisions"
+    decisions = controller.config.session_dir / "channel" / "decisions"
     assert not list(decisions.iterdir())  # a stop is not a decision: resume asks about the proposal again
     run = MlflowClient(tracker.uri).get_run(controller.session_run_id)
     assert run.info.status == "KILLED"
@@ -228,7 +229,7 @@ def attached_to_a_running_session(fast_template, runs_dir, tracker, name):
     controller = headless_session(fast_template, runs_dir, tracker, name)
     runner = threading.Thread(target=controller.run, daemon=True)
     runner.start()
-    return controller, runner, attach_app(controller.session_dir, "viewer")
+    return controller, runner, attach_app(controller.config.session_dir, "viewer")
 
 
 @pytest.mark.anyio

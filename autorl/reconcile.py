@@ -1,0 +1,50 @@
+"""What a resumed session finds in flight, and what becomes of each such node.
+
+A node whose Ray job outlived the stop is followed; a node whose stage finished
+training before the stop is scored, not retrained; a node whose stage was cut short is
+trained again once, under a new MLflow run, without charging the budget a second time;
+one cut short twice fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from autorl.executor import Executor
+from autorl.lifecycle import StageLifecycle
+from autorl.observer import Observer
+from autorl.stage import StageOutcome
+from search.tree import Node, Status, Tree
+
+MAX_ATTEMPTS = 2
+
+
+@dataclass
+class Carry:
+    """A node to carry on with: follow its running job, score its finished stage, or train it again."""
+
+    node: Node
+    finished: StageOutcome | None = None  # its stage trained to the end before the stop
+    follow: bool = False  # its stage still runs (a Ray job): wait for it, do not start it again
+
+
+def in_flight(tree: Tree, executor: Executor, stages: StageLifecycle, observer: Observer) -> Iterator[Carry]:
+    """Each node a stop left in flight, in order, decided one at a time (so a node is
+    decided after the one before it has run)."""
+    for node in [n for n in tree.nodes.values() if n.status in (Status.RUNNING, Status.INTERRUPTED)]:
+        node_dir = stages.node_dir(node.id)
+        if job := executor.outlived_stop(node.id, node.attempt, node_dir):
+            observer.message(f"{node.id}: its Ray job {job} outlived the stop; following it")
+            yield Carry(node, follow=True)
+        elif (finished := executor.finished_outcome(node_dir)) is not None:
+            observer.message(f"{node.id}: its stage had finished before the stop; scoring it")
+            stages.trained(node, finished)
+            yield Carry(node, finished=finished)
+        elif node.attempt >= MAX_ATTEMPTS:
+            stages.transition(node, Status.FAILED, "interrupted twice; not retried again")
+            stages.record(node, StageOutcome(None, reason=node.reason))
+        else:
+            observer.message(f"{node.id}: its stage was cut short by the stop; training it again")
+            stages.retry(node)
+            yield Carry(node)
