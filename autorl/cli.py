@@ -266,7 +266,8 @@ def resume(
                                                     "`autorl tui NAME` (attached from another terminal)."),
 ):
     """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
-    from autorl.resume import resume_session, stored_config
+    from autorl.records import stored_config
+    from autorl.resume import resume_session
     from search.llm import read_api_key
 
     runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
@@ -300,7 +301,7 @@ def tui(
 
     from autorl.channel import Channel
     from autorl.errors import SessionError
-    from autorl.resume import stored_config
+    from autorl.records import stored_config
     from autorl.tui import attach_app
 
     runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
@@ -418,7 +419,7 @@ def dashboard_command(tracker, name: str) -> str | None:
     """The optuna-dashboard command that opens a session's study (None without one)."""
     import shlex
 
-    from autorl.resume import stored_config
+    from autorl.records import stored_config
     from search.study import storage_url
 
     config = stored_config(tracker.find_session(name))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from autorl.config import SessionConfig
 from autorl.errors import RecordError
 from search.tree import Comparison, Decision, Finding, Node, Status
 
@@ -140,3 +141,10 @@ def node_from_run(run) -> Node:
         peak_memory_mb=metrics.get("peak_memory_mb"),
         eval_metrics=_loads(tags, "autorl.eval_metrics", {}, run.info.run_id) if finished else {},
     )
+
+
+def stored_config(run) -> SessionConfig | None:
+    """The config a session was started with (None for no run, or one too old to hold it)."""
+    if run is None or "autorl.config" not in run.data.tags:
+        return None
+    return SessionConfig.model_validate_json(run.data.tags["autorl.config"])

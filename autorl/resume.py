@@ -18,14 +18,13 @@ import time
 from autorl import template as templates
 from autorl.approval import Gate
 from autorl.budget import Budget, session_budget
-from autorl.config import SessionConfig
 from autorl.controller import Controller
 from autorl.errors import SessionError
 from autorl.frozen import FrozenGuard
 from autorl.goals import Goals
 from autorl.lock import SessionLock
 from autorl.observer import Observer
-from autorl.records import node_from_run
+from autorl.records import node_from_run, stored_config
 from autorl.session import CREATING, Stores, assemble, make_sandbox
 from autorl.tracking import Tracker
 from autorl.workspace import Workspace
@@ -49,13 +48,6 @@ def restore_spending(budget: Budget, tree: Tree, template) -> None:
             budget.spent_train_steps += node.steps
         else:
             budget.reserve(node.id, template.stage_steps(node.hyperparameters))
-
-
-def stored_config(run) -> SessionConfig | None:
-    """The config a session was started with (None for no run, or one too old to hold it)."""
-    if run is None or "autorl.config" not in run.data.tags:
-        return None
-    return SessionConfig.model_validate_json(run.data.tags["autorl.config"])
 
 
 def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = None, gate: Gate | None = None,

@@ -163,8 +163,8 @@ def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
 def report_session(tracker, name: str) -> dict[str, Path]:
     """Write a session's report from the tracking store, log it to the session's run under
     ``report/`` and put its summary in the run's description (what MLflow's UI shows first)."""
+    from autorl.records import stored_config
     from autorl.report import show_session
-    from autorl.resume import stored_config
 
     data = show_session(tracker, name)
     config = stored_config(tracker.find_session(name))

@@ -45,6 +45,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="search seeds are FIRST..FIRST+SEEDS-1; 0-99 are for developing the policy, the "
                              "committed results use 100 and up")
     parser.add_argument("--stages", type=int, default=8)
+    parser.add_argument("--train-steps", type=int, default=0,
+                        help="the budget in GRPO training steps (autorl's own unit; stages free, max_steps free); "
+                             "0: --stages with every stage fixed at --steps")
     parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side (one torch thread each)")
     parser.add_argument("--template", default="arith")
     parser.add_argument("--steps", type=int, default=20,
@@ -63,6 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.strategies, args.seeds, args.stages, args.steps = "tree,grid", 1, 2, 10
+    if args.train_steps:
+        args.steps = 0  # the stage length is the search's to choose: the budget is what it trains
     args.strategies = [s for s in args.strategies.split(",") if s]
     args.versus = [s for s in args.versus.split(",") if s]
     return args
@@ -96,8 +101,9 @@ def run_session(strategy: str, seed: int, args: argparse.Namespace, extra: tuple
     env = {**os.environ, "AUTORL_RUNS_DIR": str(runs), "OMP_NUM_THREADS": "1" if args.jobs > 1 else "2"}
     command = [sys.executable, "-m", "autorl"]
     started = time.monotonic()
+    budget = ("--train-steps", str(args.train_steps)) if args.train_steps else ("--stages", str(args.stages))
     done = subprocess.run([*command, "research", f"benchmark {strategy}", "--template", args.template_path,
-                           "--strategy", strategy, "--seed", str(seed), "--stages", str(args.stages),
+                           "--strategy", strategy, "--seed", str(seed), *budget,
                            "--name", name, *extra], capture_output=True, text=True, env=env, cwd=REPO)
     wall = time.monotonic() - started
     if done.returncode != 0:
@@ -122,6 +128,8 @@ def summarise(data: dict) -> dict:
         "best_path": data["best"]["path"] if data["best"] else [],
         "best_schedule": winning_schedule(data),
         "failed_stages": sum(n["status"] == "failed" for n in data["nodes"]),
+        "stages": len(data["nodes"]), "train_steps_spent": data.get("train_steps_spent"),
+        "importance": data.get("importance"),
     }
 
 
@@ -188,8 +196,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
     base_test = statistics.median(r["base_test"] for r in results)
     rows, table = [], {}
     header = ("| strategy | test acc. median [min, max] | gain over base (points) | vs grid (relative) "
-              "| stages to grid's best val (median, reached/seeds) | wall per session |")
-    rows += [header, "|" + "---|" * 6]
+              "| stages to grid's best val (median, reached/seeds) | stages, GRPO steps (median) | wall per session |")
+    rows += [header, "|" + "---|" * 7]
     for strategy, runs in by_strategy.items():
         tests = [r["best_test"] for r in runs]
         median = statistics.median(tests)
@@ -202,6 +210,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
             "stages_to_grid_best_median": statistics.median(reached) if reached else None,
             "reached_grid_best": f"{len(reached)}/{len(runs)}",
             "wall_seconds_median": statistics.median(r["wall_seconds"] for r in runs),
+            "stages_median": statistics.median(r.get("stages", len(r["best_so_far"])) for r in runs),
+            "train_steps_median": median_of(r.get("train_steps_spent") for r in runs),
         }
         table[strategy] = entry
         vs_grid = ("—" if strategy == "grid" or entry["vs_grid_relative"] is None
@@ -209,6 +219,7 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
         to_grid = "—" if entry["stages_to_grid_best_median"] is None else f"{entry['stages_to_grid_best_median']:g}"
         rows.append(f"| {strategy} | {median:.3f} [{min(tests):.3f}, {max(tests):.3f}] | "
                     f"{100 * entry['gain_over_base']:+.1f} | {vs_grid} | {to_grid} ({entry['reached_grid_best']}) | "
+                    f"{entry['stages_median']:g}, {fmt(entry['train_steps_median'])} | "
                     f"{entry['wall_seconds_median'] / 60:.1f} min |")
     comparisons = {}
     if "tree" in by_strategy:
@@ -222,8 +233,10 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
             rows.append(f"| {baseline} | {100 * test['mean_difference']:+.1f} | {test['wins']} / {test['losses']} "
                         f"(of {test['n']}) | {test['p_value']:.3f} |")
     stderr = statistics.median(r["best_test_stderr"] for r in results)
+    budget = (f"{args.train_steps} GRPO training steps per session (stage count and length the strategy's "
+              "choice)" if args.train_steps else f"{args.stages} stages per session")
     notes = [
-        "", f"Budget: {args.stages} stages per session, {args.seeds} search seeds per strategy, template "
+        "", f"Budget: {budget}, {args.seeds} search seeds per strategy, template "
         f"`{args.template}`" + (f" with every stage fixed at {args.steps} GRPO steps (equal compute per stage)"
                                   if args.steps else "") + f", {args.jobs} sessions side by side.",
         f"Base model test accuracy {base_test:.3f}; one test score's standard error ≈ {stderr:.3f} "
@@ -234,8 +247,32 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict, di
             f"{s} {[len(r['best_path']) for r in runs]}" for s, runs in by_strategy.items()) + ".",
         "", "Shape of the winning schedules (moves between consecutive stages of the winners' paths):", "",
         *[f"- {s}: {schedule_shapes(runs)}" for s, runs in by_strategy.items()],
+        "", importance_summary(results),
     ]
     return "\n".join(rows + notes) + "\n", table, comparisons
+
+
+def median_of(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def importance_summary(results: list[dict]) -> str:
+    """Which knobs mattered, over the sessions: each parameter's fANOVA share of the variance
+    of the gain over the parent (search/importance.py), averaged over the sessions that
+    had enough scored stages to estimate it."""
+    found = [r["importance"] for r in results if r.get("importance")]
+    if not found:
+        return "What mattered: no session had enough scored stages for an importance estimate."
+    names = sorted({name for shares in found for name in shares})
+    mean = {name: sum(shares.get(name, 0.0) for shares in found) / len(found) for name in names}
+    ranked = ", ".join(f"{name} {share:.0%}" for name, share in sorted(mean.items(), key=lambda kv: -kv[1]))
+    return (f"What mattered (fANOVA share of the variance of a stage's gain over its parent, mean over the "
+            f"{len(found)} of {len(results)} sessions with enough scored stages): {ranked}.")
 
 
 def ceiling(results: list[dict], grid_test: float | None) -> str:
@@ -325,7 +362,8 @@ def main(argv=None) -> int:
                 f"{f['strategy']} seed {f['seed']}: {f['error'].strip().splitlines()[-1][:200]}"
                 for f in failed) + ".\n"
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
-    stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{args.stages}"
+    size = f"{args.train_steps}steps" if args.train_steps else str(args.stages)
+    stem = "search_efficiency_quick" if args.quick else f"search_efficiency-{args.template}-{size}"
     stem += f"-depth{args.max_depth}" if args.max_depth else ""
     (args.out / f"{stem}.md").write_text(f"# Search efficiency\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},

@@ -193,7 +193,7 @@ def test_a_full_disk_stops_the_session_cleanly(tmp_path, runs_dir, tracker, monk
 
 @pytest.mark.slow
 def test_the_approval_mode_is_stored_and_resume_honours_it(tmp_path, runs_dir, tracker):
-    from autorl.resume import stored_config
+    from autorl.records import stored_config
 
     template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
                                                 evaluate_py="fast_evaluate.py")))
