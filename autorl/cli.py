@@ -61,7 +61,7 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: 
     """The runs directory and its tracker; only ``create`` (research) makes either. Without
     ``--tracking-uri``, a ``session``'s folder says which store it was recorded in."""
     from autorl.config import default_runs_dir, prepare_runs_dir
-    from autorl.tracking import Tracker, remembered_uri
+    from autorl.storage.tracking import Tracker, remembered_uri
 
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     if tracking_uri is None and session is not None:
@@ -120,10 +120,10 @@ def research(
     llm_reasoning_effort: Optional[str] = option("llm_reasoning_effort", "--llm-reasoning-effort"),
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
-    from autorl import template as templates
     from autorl.config import default_runs_dir, make_config, parse_duration
     from autorl.session import create_session, new_session_name
-    from autorl.tracking import default_uri
+    from autorl.stages import template as templates
+    from autorl.storage.tracking import default_uri
     from search.llm import read_api_key
 
     check_approve(approve, wait=wait)  # everything is checked before anything is created
@@ -156,7 +156,7 @@ def research(
 
 def confirmed_topic_target(topic: str) -> float | None:
     """The target a topic states, if the person at the terminal confirms it (never in scripts)."""
-    from autorl.goals import target_in_topic
+    from autorl.loop.goals import target_in_topic
 
     target = target_in_topic(topic)
     if target is None:
@@ -173,20 +173,20 @@ def interface(approve: str, wait: bool = False):
     the live view (with ``wait``, decisions come from a TUI attached with `autorl tui`)."""
     import getpass
 
-    from autorl.approval import Gate
+    from autorl.loop.approval import Gate
 
     if approve == "none" or wait:
-        from autorl.live import LiveView
+        from autorl.views.live import LiveView
 
         return LiveView(console), Gate(approve, decided_by=getpass.getuser()) if wait else None
-    from autorl.tui import TuiObserver
+    from autorl.views.tui import TuiObserver
 
     return TuiObserver(), Gate(approve, decided_by=getpass.getuser())
 
 
 def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
-    from autorl.approval import APPROVE_MODES
     from autorl.errors import ConfigError
+    from autorl.loop.approval import APPROVE_MODES
 
     if mode not in APPROVE_MODES:
         raise ConfigError(f"--approve: unknown mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")
@@ -203,7 +203,7 @@ def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
 
 def drive_tui(controller, runs: Path, tracker) -> None:
     """Run a controller inside the TUI, where proposals wait for a person's decision."""
-    from autorl.tui import make_app
+    from autorl.views.tui import make_app
 
     make_app(controller).run()
     name = controller.config.name
@@ -266,8 +266,8 @@ def resume(
                                                     "`autorl tui NAME` (attached from another terminal)."),
 ):
     """Continue a stopped or killed session from what MLflow holds: nothing finished is redone."""
-    from autorl.records import stored_config
     from autorl.resume import resume_session
+    from autorl.storage.records import stored_config
     from search.llm import read_api_key
 
     runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
@@ -299,10 +299,10 @@ def tui(
     """Attach the TUI to a session: watch it live, and approve, reject or edit its pending proposals."""
     import getpass
 
-    from autorl.channel import Channel
     from autorl.errors import SessionError
-    from autorl.records import stored_config
-    from autorl.tui import attach_app
+    from autorl.loop.channel import Channel
+    from autorl.storage.records import stored_config
+    from autorl.views.tui import attach_app
 
     runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     run = tracker.find_session(name)
@@ -327,8 +327,8 @@ def init(
                                    "(downloaded now, with your network; trials never have one)."),
 ):
     """Copy a template into a folder you can edit, then run it with --template DIR."""
-    from autorl import template as templates
     from autorl.models import install_base_model
+    from autorl.stages import template as templates
 
     loaded = templates.load(template, require_model=base_model is None)
     templates.copy_to(loaded, directory)
@@ -354,8 +354,8 @@ def list_sessions(
     """List sessions in the tracking store."""
     from rich.table import Table
 
-    from autorl.live import fmt
-    from autorl.report import list_sessions as rows
+    from autorl.storage.report import list_sessions as rows
+    from autorl.views.live import fmt
 
     _, tracker = open_tracker(runs_dir, tracking_uri)
     sessions = rows(tracker)
@@ -387,8 +387,8 @@ def show(
     """Show one session's tree, read back from MLflow."""
     from rich.tree import Tree as RichTree
 
-    from autorl.live import fmt
-    from autorl.report import show_session
+    from autorl.storage.report import show_session
+    from autorl.views.live import fmt
     from search.tree import schedule_text
 
     _, tracker = open_tracker(runs_dir, tracking_uri, session=name)
@@ -419,7 +419,7 @@ def dashboard_command(tracker, name: str) -> str | None:
     """The optuna-dashboard command that opens a session's study (None without one)."""
     import shlex
 
-    from autorl.records import stored_config
+    from autorl.storage.records import stored_config
     from search.study import storage_url
 
     config = stored_config(tracker.find_session(name))
@@ -438,7 +438,7 @@ def report(
     tracking_uri: Optional[str] = TrackingUri,
 ):
     """Write a session's report (Markdown and HTML with figures) and log it to its MLflow run."""
-    from autorl.session_report import report_session
+    from autorl.views.session_report import report_session
 
     _, tracker = open_tracker(runs_dir, tracking_uri, session=name)
     paths = report_session(tracker, name)
@@ -497,7 +497,7 @@ def server_up(
                   highlight=False)
     use = f"autorl research TOPIC --tracking-uri {info.tracking_uri} --study-storage {info.database_uri}"
     if ray:
-        from autorl.ray_stages import start_local_head
+        from autorl.stages.ray_stages import start_local_head
 
         console.print(f"Ray head {start_local_head(cpus=ray_cpus)} (stop it with `autorl server down --ray`)",
                       highlight=False)
@@ -515,7 +515,7 @@ def server_down(folder: Optional[Path] = ServerDir, runs_dir: Optional[Path] = R
     info = server.down(server_folder(folder, runs_dir))
     console.print("stopped" if info else "no server pair was started there", highlight=False)
     if ray:
-        from autorl.ray_stages import stop_local_head
+        from autorl.stages.ray_stages import stop_local_head
 
         stop_local_head()
         console.print("Ray head stopped", highlight=False)

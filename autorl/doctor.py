@@ -73,7 +73,7 @@ def llm_check(base_url: str | None) -> Check:
 def tracking_check(runs_dir: Path | None, tracking_uri: str | None) -> Check:
     from autorl.config import default_runs_dir
     from autorl.errors import AutorlError
-    from autorl.tracking import Tracker
+    from autorl.storage.tracking import Tracker
 
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     tracker = Tracker.for_runs_dir(runs, tracking_uri, create=False)
@@ -89,7 +89,7 @@ def tracking_check(runs_dir: Path | None, tracking_uri: str | None) -> Check:
 
 def ray_check() -> Check:
     """Whether --executor ray (without --ray-address) finds a Ray head on this machine."""
-    from autorl.ray_stages import LOCAL_ADDRESS, answers
+    from autorl.stages.ray_stages import LOCAL_ADDRESS, answers
 
     if answers(LOCAL_ADDRESS):
         return "Ray", True, f"a head answers at {LOCAL_ADDRESS} (--executor ray uses it)"

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from autorl.errors import TemplateError
-from autorl.evaluate import SAFE_SUFFIXES
+from autorl.stages.evaluate import SAFE_SUFFIXES
 
 KEEP = tuple(f"*{suffix}" for suffix in sorted(SAFE_SUFFIXES))  # what a checkpoint may hold, nothing more
 

@@ -15,19 +15,19 @@ from __future__ import annotations
 import json
 import time
 
-from autorl import template as templates
-from autorl.approval import Gate
-from autorl.budget import Budget, session_budget
-from autorl.controller import Controller
 from autorl.errors import SessionError
-from autorl.frozen import FrozenGuard
-from autorl.goals import Goals
-from autorl.lock import SessionLock
-from autorl.observer import Observer
-from autorl.records import node_from_run, stored_config
+from autorl.loop.approval import Gate
+from autorl.loop.budget import Budget, session_budget
+from autorl.loop.controller import Controller
+from autorl.loop.goals import Goals
+from autorl.loop.observer import Observer
 from autorl.session import CREATING, Stores, assemble, make_sandbox
-from autorl.tracking import Tracker
-from autorl.workspace import Workspace
+from autorl.stages import template as templates
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.workspace import Workspace
+from autorl.storage.lock import SessionLock
+from autorl.storage.records import node_from_run, stored_config
+from autorl.storage.tracking import Tracker
 from search.tree import Status, Tree
 
 

@@ -16,27 +16,29 @@ from dataclasses import dataclass
 from functools import cache, partial
 from typing import Callable
 
-from autorl import faults, remote_stage
-from autorl.approval import Gate
-from autorl.budget import Budget, session_budget
-from autorl.channel import Channel, ChannelObserver
-from autorl.collaborators import Collaborators
+from autorl import faults
+from autorl.analysis.curves import curves_text, read_records, summarise_curves
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
-from autorl.controller import Controller
-from autorl.curves import curves_text, read_records, summarise_curves
 from autorl.errors import ConfigError, SessionError
-from autorl.evaluate import FrozenEvaluator
-from autorl.executor import Executor, LocalStages, RayExecutor
-from autorl.frozen import FrozenGuard
-from autorl.goals import Goals
-from autorl.lock import SessionLock
-from autorl.observer import Observer, Observers
-from autorl.ray_stages import RayStages, reach
-from autorl.stage import StageRunner
-from autorl.template import Template
-from autorl.tracking import Tracker, remember_store
-from autorl.workers import worker_plan
-from autorl.workspace import Workspace
+from autorl.loop.approval import Gate
+from autorl.loop.budget import Budget, session_budget
+from autorl.loop.channel import Channel, ChannelObserver
+from autorl.loop.collaborators import Collaborators
+from autorl.loop.controller import Controller
+from autorl.loop.goals import Goals
+from autorl.loop.observer import Observer, Observers
+from autorl.stages import remote_stage
+from autorl.stages.evaluate import FrozenEvaluator
+from autorl.stages.executor import Executor, LocalStages, RayExecutor
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.ray_stages import RayStages, reach
+from autorl.stages.stage import StageRunner
+from autorl.stages.template import Template
+from autorl.stages.workers import worker_plan
+from autorl.stages.workspace import Workspace
+from autorl.storage.lock import SessionLock
+from autorl.storage.tracking import Tracker, remember_store
+from autorl.views.session_report import report_session
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
 from search.context import ContextBuilder, Noise
@@ -200,13 +202,13 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
         params={**config.model_dump(mode="json"), "template_path": str(template.path)},
         tags={
             "autorl.topic": config.topic,
-            "autorl.template": template.name,
+            "autorl.stages.template": template.name,
             "autorl.template_path": str(template.path),
             "autorl.config": config.model_dump_json(),
             "autorl.strategy": config.strategy,
             "autorl.seed": str(config.seed),
             "autorl.sandbox": sandbox.tier,
-            "autorl.workspace": str(workspace.path),
+            "autorl.stages.workspace": str(workspace.path),
             "mlflow.source.git.commit": workspace.head,
         },
     )
@@ -290,6 +292,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         policy=None if proposer.chooses_parent else BestFirstPolicy(
             config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
             leaf_width=config.leaf_width),
+        report=partial(report_session, stores.tracker, config.name),
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
                       tree=tree, lock=stores.lock)

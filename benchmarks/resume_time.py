@@ -33,7 +33,7 @@ def main() -> int:
 
     from autorl.config import prepare_runs_dir
     from autorl.resume import resume_session
-    from autorl.tracking import Tracker
+    from autorl.storage.tracking import Tracker
 
     with tempfile.TemporaryDirectory() as tmp:
         template = make_template(Path(tmp) / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")

@@ -9,7 +9,7 @@ same checkpoint (validation against the parent, paired):
 
 - ``peak step``: the highest single step's reward against the mean of the last 3
   (the rule before this check);
-- ``start or window``: autorl's detector (``autorl.diagnose.reward_collapse``): the first
+- ``start or window``: autorl's detector (``autorl.analysis.diagnose.reward_collapse``): the first
   step or the best window of a quarter of the stage against the last window, beyond a
   share of the reward range and beyond the noise of one step.
 
@@ -23,9 +23,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from autorl import template as templates
-from autorl.curves import read_records, series
-from autorl.diagnose import COLLAPSE_SHARE, RewardScale, diagnose, reward_collapse
+from autorl.analysis.curves import read_records, series
+from autorl.analysis.diagnose import COLLAPSE_SHARE, RewardScale, diagnose, reward_collapse
+from autorl.stages import template as templates
 from search.tree import Comparison
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,7 +100,7 @@ def write(totals: Counter, flagged: dict[str, Counter], barred: dict[str, Counte
         "paired test also called them worse; each stage is counted once, under the first of collapsed / fell / "
         "held that applies. Since this check, a curve-only finding (reward collapse, length truncation, zero-variance "
         "groups) on a stage whose validation did not fall is a warning, not critical "
-        "(autorl/diagnose.py: confirmed_by_validation).", ""])
+        "(autorl/analysis/diagnose.py: confirmed_by_validation).", ""])
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "reward_collapse_check.md").write_text(text)
     (args.out / "reward_collapse_check.json").write_text(json.dumps(

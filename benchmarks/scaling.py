@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from search_efficiency import paired_test, summarise  # noqa: E402
 
-from autorl import template as templates  # noqa: E402
-from autorl.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head  # noqa: E402
-from autorl.timing import productive_seconds  # noqa: E402
+from autorl.stages import template as templates  # noqa: E402
+from autorl.stages.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head  # noqa: E402
+from autorl.stages.timing import productive_seconds  # noqa: E402
 
 AUTORL = [sys.executable, "-m", "autorl"]
 SAME_COST = {"max_steps": 20, "num_generations": 8, "max_completion_length": 12}

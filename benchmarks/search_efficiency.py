@@ -77,7 +77,7 @@ def equal_compute_template(args: argparse.Namespace) -> str:
     """A copy of the template whose ``max_steps`` is fixed: every stage costs the same compute."""
     if not args.steps:
         return args.template
-    from autorl import template as templates
+    from autorl.stages import template as templates
 
     dest = args.work / "template"
     if not dest.exists():

@@ -14,12 +14,12 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from autorl import template as templates
-from autorl.evaluate import FrozenEvaluator
-from autorl.frozen import FrozenGuard
-from autorl.spec import TrialSpec
-from autorl.stage import StageRunner
-from autorl.workspace import Workspace
+from autorl.stages import template as templates
+from autorl.stages.evaluate import FrozenEvaluator
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import StageRunner
+from autorl.stages.workspace import Workspace
 from sandbox import choose_sandbox
 
 

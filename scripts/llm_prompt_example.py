@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autorl import template as templates  # noqa: E402
-from autorl.curves import curves_text, read_records, summarise_curves  # noqa: E402
+from autorl.analysis.curves import curves_text, read_records, summarise_curves  # noqa: E402
+from autorl.stages import template as templates  # noqa: E402
 from search.context import ContextBuilder, PromptView, identical_prefix_share  # noqa: E402
 from search.policy import BestFirstPolicy  # noqa: E402
 from search.tree import Node, Tree  # noqa: E402
@@ -33,7 +33,7 @@ MAX_DEPTH = 3
 
 def capture(name: str, runs_dir: Path) -> None:
     from autorl.resume import rebuild_tree, stored_config
-    from autorl.tracking import Tracker
+    from autorl.storage.tracking import Tracker
 
     tracker = Tracker.for_runs_dir(runs_dir)
     run = tracker.find_session(name)

@@ -99,7 +99,7 @@ class Node:
     comparison: Comparison | None = None  # against the parent, when both were scored
     frozen_violation: bool = False  # the run changed frozen files
     worker: str = ""  # how its stage started: warm (forked from the session's worker), cold, cold (retry)
-    timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/timing.py)
+    timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/stages/timing.py)
     peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the evaluator's extra numbers (e.g. format_rate)
     planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = Path(__file__).resolve().parent / "experiments"
@@ -110,7 +110,7 @@ def run_cli(*args: str, timeout: float = 900, env: dict | None = None) -> subpro
 @pytest.fixture
 def tracker(runs_dir):
     from autorl.config import prepare_runs_dir
-    from autorl.tracking import Tracker
+    from autorl.storage.tracking import Tracker
 
     return Tracker.for_runs_dir(prepare_runs_dir(runs_dir))
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 TEMPLATES = ["arith", "digitsort", "countdown"]
 # What TRL 1.16's GRPOTrainer logs each step (beside a template's own keys), as measured.

@@ -6,9 +6,9 @@ import json
 import pytest
 from conftest import make_template, run_cli
 
-from autorl import template as templates
-from autorl.budget import Budget
 from autorl.config import DEFAULT_TRAIN_STEPS, make_config
+from autorl.loop.budget import Budget
+from autorl.stages import template as templates
 
 ARITH = templates.load("arith")
 

@@ -82,10 +82,10 @@ def test_show_unknown_session():
 
 
 def test_duplicate_session_name(tmp_path, runs_dir):
-    from autorl import template as templates
     from autorl.config import make_config, prepare_runs_dir
     from autorl.session import create_session
-    from autorl.tracking import Tracker
+    from autorl.stages import template as templates
+    from autorl.storage.tracking import Tracker
 
     tracker = Tracker.for_runs_dir(prepare_runs_dir(runs_dir))
     template = templates.load("arith")

@@ -32,7 +32,7 @@ def test_unwritable_runs_dir(tmp_path):
 
 
 def test_goals_stop_at_the_target_or_when_patience_runs_out():
-    from autorl.goals import Goals, stages_without_gain
+    from autorl.loop.goals import Goals, stages_without_gain
     from search.tree import Node, Status, Tree
 
     tree = Tree(base_score=0.50, base_stderr=0.01)

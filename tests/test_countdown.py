@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 ENV = templates.load("countdown", require_model=False).env_dir
 

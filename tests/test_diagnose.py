@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from autorl.diagnose import diagnose
-from autorl.noise import paired_comparison
-from autorl.plots import plot_curves
+from autorl.analysis.diagnose import diagnose
+from autorl.analysis.noise import paired_comparison
+from autorl.analysis.plots import plot_curves
 
 
 def stream(n=20, **curves):
@@ -83,7 +83,7 @@ def test_plot_is_written(tmp_path):
 
 # -- any template: reward scale, constant groups, KL blamed over divergence -----------------
 
-from autorl.diagnose import RewardScale  # noqa: E402
+from autorl.analysis.diagnose import RewardScale  # noqa: E402
 
 
 def scaled(records, factor, offset=0.0):

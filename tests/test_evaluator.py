@@ -5,11 +5,11 @@ import shutil
 
 import pytest
 
-from autorl import template as templates
 from autorl.errors import CheckpointError
-from autorl.evaluate import FrozenEvaluator, check_checkpoint
-from autorl.frozen import FrozenGuard
-from autorl.workspace import Workspace
+from autorl.stages import template as templates
+from autorl.stages.evaluate import FrozenEvaluator, check_checkpoint
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.workspace import Workspace
 from sandbox import choose_sandbox
 
 

@@ -7,10 +7,10 @@ import pytest
 from conftest import make_template, run_cli
 from mlflow.tracking import MlflowClient
 
-from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import FrozenFileError
 from autorl.session import create_session
+from autorl.stages import template as templates
 from sandbox import bwrap_works
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses

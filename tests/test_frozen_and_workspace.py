@@ -2,10 +2,10 @@ import os
 
 import pytest
 
-from autorl import template as templates
 from autorl.errors import FrozenFileError
-from autorl.frozen import FrozenGuard
-from autorl.workspace import Workspace
+from autorl.stages import template as templates
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.workspace import Workspace
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 import random
 
-from autorl import template as templates
+from autorl.stages import template as templates
 from search.importance import MIN_STAGES, importance_text, param_importance
 from search.tree import Node, Status, Tree
 

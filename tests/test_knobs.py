@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 pytestmark = pytest.mark.slow  # real TRL stages, one per parameter
 

@@ -4,8 +4,8 @@ from io import StringIO
 
 from rich.console import Console
 
-from autorl.budget import Budget
-from autorl.live import LiveView
+from autorl.loop.budget import Budget
+from autorl.views.live import LiveView
 from search.tree import Node, Status, Tree
 
 

@@ -11,9 +11,9 @@ import openai
 import pytest
 from llm_server import MAX_TOKENS_REFUSAL, Answer, LLMServer, ScriptedLLM, strict_schema_errors
 
-from autorl import template as templates
 from autorl.config import make_config
 from autorl.errors import ConfigError
+from autorl.stages import template as templates
 from search.llm import LLMClient, LLMSettings, LLMUnavailable, ReplyCache
 from search.proposers.llm import reply_schema
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 from search import study as hpo
 from search.context import STATIC_END, ContextBuilder, Noise, PromptView, identical_prefix_share
 from search.errors import ProposalError
@@ -136,7 +136,7 @@ def test_each_strategy_has_its_own_reply_schema(hybrid):
 
 
 def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
-    from autorl.workspace import Workspace
+    from autorl.stages.workspace import Workspace
     from search.llm import LLMClient, LLMSettings
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
@@ -149,7 +149,7 @@ def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
 
 
 def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
-    from autorl.workspace import Workspace
+    from autorl.stages.workspace import Workspace
     from search.llm import LLMClient, LLMSettings
     from search.proposers.llm import SearchRange
 
@@ -163,7 +163,7 @@ def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
 
 
 def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
-    from autorl.workspace import Workspace
+    from autorl.stages.workspace import Workspace
     from search.llm import LLMClient, LLMSettings
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),

@@ -10,8 +10,8 @@ import json
 import pytest
 from llm_server import Answer, LLMServer, ScriptedLLM
 
-from autorl import template as templates
-from autorl.workspace import Workspace
+from autorl.stages import template as templates
+from autorl.stages.workspace import Workspace
 from search import study as hpo
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache

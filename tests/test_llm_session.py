@@ -8,7 +8,7 @@ from conftest import make_template, run_cli
 from llm_server import Answer, LLMServer, ScriptedLLM
 from mlflow.tracking import MlflowClient
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 pytestmark = pytest.mark.slow  # whole CLI sessions in subprocesses
 

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 from conftest import make_template, run_cli
 
-from autorl.slots import StageSlots
+from autorl.loop.slots import StageSlots
 from search.proposers import GridProposer, PbtProposer, ProposalDeferred
 from search.space import Param, SearchSpace
 from search.tree import Node, Status, Tree
@@ -104,9 +104,9 @@ def test_a_parallel_session_killed_mid_stage_resumes_both_running_stages(tmp_pat
 
 def test_a_stage_result_survives_the_trip_through_its_file(tmp_path):
     from autorl.errors import ContractError
-    from autorl.evaluate import EvalResult
-    from autorl.remote_stage import decode, encode
-    from autorl.stage import StageOutcome, StageWork
+    from autorl.stages.evaluate import EvalResult
+    from autorl.stages.remote_stage import decode, encode
+    from autorl.stages.stage import StageOutcome, StageWork
     from sandbox import RunResult
 
     run = RunResult(0, False, 3.5, tmp_path / "stdout.log", tmp_path / "stderr.log", {"status": "ok"}, tier="bwrap")
@@ -136,10 +136,10 @@ def test_trials_side_by_side_get_their_share_of_the_cpus(tmp_path):
 
 
 def test_a_template_says_how_many_cpus_a_trial_wants(tmp_path):
-    from autorl import template as templates
     from autorl.config import make_config
     from autorl.errors import TemplateError
     from autorl.session import trial_cpus
+    from autorl.stages import template as templates
 
     folder = make_template(tmp_path / "tpl")
     constants = folder / "env" / "constants.toml"

@@ -5,7 +5,7 @@ import json
 import optuna
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 from search import study as hpo
 from search.policy import BestFirstPolicy
 from search.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 TEMPLATES = ("arith",)  # digitsort's recipe is not yet robust (benchmarks/results/base_model_spread.md)
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 from conftest import AUTORL, REPO, ignore_sigint, make_template, run_cli, wait_until
 from test_parallel import intervals, most_at_once
 
-from autorl.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head
+from autorl.stages.ray_stages import LOCAL_ADDRESS, RAY_ENV, answers, start_local_head, stop_local_head
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,8 @@ that cannot be decoded is an error naming the run, never a silent default."""
 
 import pytest
 
-from autorl import records
 from autorl.errors import RecordError
+from autorl.storage import records
 from search.tree import Finding, Node, Status
 
 

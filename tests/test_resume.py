@@ -19,11 +19,11 @@ import pytest
 from conftest import AUTORL, REPO, ignore_sigint, make_template, releasing, run_cli, wait_until
 from mlflow.tracking import MlflowClient
 
-from autorl import template as templates
 from autorl.config import make_config, prepare_runs_dir
-from autorl.report import list_sessions, show_session
 from autorl.session import create_session
-from autorl.tracking import Tracker
+from autorl.stages import template as templates
+from autorl.storage.report import list_sessions, show_session
+from autorl.storage.tracking import Tracker
 from search import study as hpo
 
 STAGES = 4
@@ -173,10 +173,10 @@ def test_a_locked_store_is_retried(runs_dir):
 
 
 def test_a_full_disk_stops_the_session_cleanly(tmp_path, runs_dir, tracker, monkeypatch):
-    from autorl import controller as controller_module
-    from autorl import template as templates
     from autorl.config import make_config
+    from autorl.loop import controller as controller_module
     from autorl.session import create_session
+    from autorl.stages import template as templates
 
     template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
                                                 evaluate_py="fast_evaluate.py")))
@@ -193,7 +193,7 @@ def test_a_full_disk_stops_the_session_cleanly(tmp_path, runs_dir, tracker, monk
 
 @pytest.mark.slow
 def test_the_approval_mode_is_stored_and_resume_honours_it(tmp_path, runs_dir, tracker):
-    from autorl.records import stored_config
+    from autorl.storage.records import stored_config
 
     template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
                                                 evaluate_py="fast_evaluate.py")))

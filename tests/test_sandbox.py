@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import wait_until
 
-from autorl.frozen import FrozenGuard, run_guarded
+from autorl.stages.frozen import FrozenGuard, run_guarded
 from sandbox import (
     BwrapSandbox,
     GpuPool,

@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 from search.errors import ProposalError, SpaceError
 from search.space import SearchSpace
 

@@ -3,7 +3,7 @@
 import optuna
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 from search import study as hpo
 from search.novelty import duplicate_of, near_duplicate
 from search.proposers import TpeProposer
@@ -104,7 +104,7 @@ def test_every_finding_a_detector_raises_has_a_steering_rule():
 
     from search.steering import RULES
 
-    source = (Path(__file__).parents[1] / "autorl" / "diagnose.py").read_text()
+    source = (Path(__file__).parents[1] / "autorl" / "analysis" / "diagnose.py").read_text()
     raised = set(re.findall(r'Finding\("([a-z_]+)"', source))
     assert raised and raised <= set(RULES), raised - set(RULES)
 

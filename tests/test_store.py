@@ -14,7 +14,7 @@ import pytest
 from conftest import AUTORL, REPO, run_cli
 
 from autorl.errors import TrackingError
-from autorl.tracking import Tracker
+from autorl.storage.tracking import Tracker
 
 EARLIER_REVISION = "bd07f7e963c5"  # the one before MLflow adds runs.deleted_time
 

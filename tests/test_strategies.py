@@ -6,9 +6,9 @@ import pytest
 from conftest import make_template
 from mlflow.tracking import MlflowClient
 
-from autorl import template as templates
 from autorl.config import make_config
 from autorl.session import create_session
+from autorl.stages import template as templates
 
 
 @pytest.fixture(scope="module")

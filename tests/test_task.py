@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from autorl import template as templates
+from autorl.stages import template as templates
 
 CPU_TEMPLATES = ("arith", "digitsort")
 

@@ -6,9 +6,9 @@ import shutil
 import pytest
 from conftest import make_template
 
-from autorl import template as templates
 from autorl.errors import ContractError, TemplateError
-from autorl.evaluate import read_eval_output
+from autorl.stages import template as templates
+from autorl.stages.evaluate import read_eval_output
 
 
 def write(relative, text):
@@ -137,7 +137,7 @@ def test_evaluator_output_that_keeps_it(tmp_path):
 
 
 def test_extra_evaluator_numbers_are_kept_and_bad_ones_dropped():
-    from autorl.evaluate import extra_metrics
+    from autorl.stages.evaluate import extra_metrics
 
     data = {"mean": 0.5, "stderr": 0.1, "n": 10, "items": [], "seconds": 1.0, "format_rate": 0.9, "by_digits/3": 0.4,
             "flag": True, "nan": float("nan"), "name with spaces": 1.0, "note": "text"}
@@ -145,7 +145,7 @@ def test_extra_evaluator_numbers_are_kept_and_bad_ones_dropped():
 
 
 def test_extra_evaluator_numbers_reach_mlflow_and_the_proposers_context():
-    from autorl.records import node_metrics
+    from autorl.storage.records import node_metrics
     from search.context import ContextBuilder
     from search.tree import Node, Status, Tree
 

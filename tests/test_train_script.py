@@ -7,8 +7,8 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from autorl import template as templates
-from autorl.spec import TrialSpec
+from autorl.stages import template as templates
+from autorl.stages.spec import TrialSpec
 from sandbox import parse_footer, scrubbed_env
 
 TRL_KEYS = {"reward", "reward_std", "frac_reward_zero_std", "entropy", "loss", "grad_norm", "learning_rate",

@@ -11,11 +11,11 @@ import pytest
 from conftest import AUTORL, REPO, make_template, run_cli
 from mlflow.tracking import MlflowClient
 
-from autorl import template as templates
-from autorl.approval import Gate
 from autorl.config import make_config
+from autorl.loop.approval import Gate
 from autorl.session import create_session
-from autorl.tui import TuiObserver, make_app
+from autorl.stages import template as templates
+from autorl.views.tui import TuiObserver, make_app
 
 
 @pytest.fixture
@@ -169,10 +169,10 @@ def test_real_command_under_a_pty_approves_with_a_key_press(fast_template, runs_
     assert tags["autorl.decision"] == "approve"
 
 
-# -- attaching to a session run by another process (autorl/channel.py) ----------------------------
+# -- attaching to a session run by another process (autorl/loop/channel.py) ----------------------------
 
 def test_the_first_decision_wins_and_later_ones_are_refused(tmp_path):
-    from autorl.channel import Channel
+    from autorl.loop.channel import Channel
     from search.tree import Decision
 
     one, two = Channel.open(tmp_path), Channel(tmp_path)  # two viewers on the same folder
@@ -189,7 +189,7 @@ def test_the_first_decision_wins_and_later_ones_are_refused(tmp_path):
 
 
 def test_a_decision_sent_while_the_controller_was_away_is_used_once(tmp_path):
-    from autorl.channel import Channel, proposal_key
+    from autorl.loop.channel import Channel, proposal_key
     from search.proposers import Proposal
     from search.tree import Decision
 
@@ -213,7 +213,7 @@ def test_a_decision_sent_while_the_controller_was_away_is_used_once(tmp_path):
 
 
 def headless_session(fast_template, runs_dir, tracker, name, stages=1):
-    from autorl.observer import Observer
+    from autorl.loop.observer import Observer
 
     config = make_config(name=name, topic="t", template=str(fast_template.path), stages=stages, runs_dir=runs_dir,
                          tracking_uri=tracker.uri, approve="all")
@@ -224,7 +224,7 @@ def attached_to_a_running_session(fast_template, runs_dir, tracker, name):
     """A headless session running in a thread, and a TUI attached to it as another process would."""
     import threading
 
-    from autorl.tui import attach_app
+    from autorl.views.tui import attach_app
 
     controller = headless_session(fast_template, runs_dir, tracker, name)
     runner = threading.Thread(target=controller.run, daemon=True)

@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 from autorl.config import SessionConfig
-from autorl.template import Template
+from autorl.stages.template import Template
 from sandbox.warm import WorkerPlan
 
 NEVER_PRELOAD = ("vllm", "__future__")

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from autorl.observer import Observer
+from autorl.loop.observer import Observer
 from search.proposers import Proposal
 from search.tree import Decision, Node, Tree
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from autorl.curves import series, training_steps
+from autorl.analysis.curves import series, training_steps
 from search.tree import Comparison, Finding
 
 CONSTANT_STD = 1e-6  # a group whose reward std is below this share of the reward range gave no signal

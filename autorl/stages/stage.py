@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from autorl import faults
-from autorl.curves import read_records, training_steps
+from autorl.analysis.curves import read_records, training_steps
 from autorl.errors import CheckpointError, ContractError, FrozenFileError
-from autorl.frozen import FrozenGuard, run_guarded
-from autorl.spec import TrialSpec
-from autorl.timing import StageClock
+from autorl.stages.frozen import FrozenGuard, run_guarded
+from autorl.stages.spec import TrialSpec
+from autorl.stages.timing import StageClock
 from sandbox import Mounts, RunResult, Sandbox, parse_footer, scrubbed_env
 
 if TYPE_CHECKING:
-    from autorl.evaluate import EvalResult, FrozenEvaluator
+    from autorl.stages.evaluate import EvalResult, FrozenEvaluator
 
 
 class MetricsTail:

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Protocol
 
 from autorl import faults
-from autorl.evaluate import FrozenEvaluator
-from autorl.ray_stages import RayStages
-from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageRunner, StageWork, score_trained
+from autorl.stages.evaluate import FrozenEvaluator
+from autorl.stages.ray_stages import RayStages
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import StageOutcome, StageRunner, StageWork, score_trained
 from sandbox import WorkerPlan
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autorl.curves import series, training_steps
+from autorl.analysis.curves import series, training_steps
 
 PANELS = (("reward", "reward"), ("entropy", "entropy"), ("completions/mean_length", "mean length"),
           ("frac_reward_zero_std", "zero-variance groups"))

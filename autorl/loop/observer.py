@@ -11,7 +11,7 @@ from search.proposers import Proposal
 from search.tree import Node, Tree
 
 if TYPE_CHECKING:
-    from autorl.budget import Budget
+    from autorl.loop.budget import Budget
 
 
 class Observer:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autorl import faults
 from autorl.errors import CheckpointError, ContractError
-from autorl.frozen import FrozenGuard, run_guarded
+from autorl.stages.frozen import FrozenGuard, run_guarded
 from sandbox import Mounts, Sandbox, scrubbed_env
 
 SAFE_SUFFIXES = {".safetensors", ".json", ".jinja", ".txt", ".model", ".md"}

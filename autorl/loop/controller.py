@@ -4,7 +4,7 @@
       -> score checkpoint (frozen evaluator, validation split) -> record -> repeat
     at the end: score the best node and the base model on the test split.
 
-With ``--parallel N`` up to N stages train at once (``autorl/slots.py``): the loop
+With ``--parallel N`` up to N stages train at once (``autorl/loop/slots.py``): the loop
 proposes while a slot is free, and records each stage when it ends. The proposal and
 the recording stay on the controller's thread; a stage's training and scoring run in
 a worker thread. Stages with different ``train.py`` commits never overlap: the one
@@ -20,26 +20,26 @@ import json
 import shutil
 
 from autorl import faults
-from autorl.approval import Gate
-from autorl.budget import Budget
-from autorl.channel import POLL_S
-from autorl.collaborators import Collaborators
 from autorl.config import SessionConfig
-from autorl.deferred import Deferred
 from autorl.errors import USER_ERRORS, ContractError, FrozenFileError, SearchExhausted
-from autorl.executor import StageHooks
-from autorl.ledger import Ledger
-from autorl.lifecycle import StageLifecycle
-from autorl.lock import SessionLock
-from autorl.observer import Observer
-from autorl.reconcile import in_flight
-from autorl.review import Review
-from autorl.scoring import Scoring
-from autorl.slots import Event, StageSlots
-from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageWork
-from autorl.template import Template
-from autorl.timing import TRAINED_KEY, productive_seconds, utc_now
+from autorl.loop.approval import Gate
+from autorl.loop.budget import Budget
+from autorl.loop.channel import POLL_S
+from autorl.loop.collaborators import Collaborators
+from autorl.loop.deferred import Deferred
+from autorl.loop.ledger import Ledger
+from autorl.loop.lifecycle import StageLifecycle
+from autorl.loop.observer import Observer
+from autorl.loop.reconcile import in_flight
+from autorl.loop.review import Review
+from autorl.loop.scoring import Scoring
+from autorl.loop.slots import Event, StageSlots
+from autorl.stages.executor import StageHooks
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import StageOutcome, StageWork
+from autorl.stages.template import Template
+from autorl.stages.timing import TRAINED_KEY, productive_seconds, utc_now
+from autorl.storage.lock import SessionLock
 from search.importance import param_importance
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped
 from search.tree import Node, Status, Tree
@@ -247,7 +247,7 @@ class Controller:
         self.observer.stage_phase(node, phase)
 
     def conclude(self, node: Node, work: StageWork) -> None:
-        """Record a stage that ended (autorl/lifecycle.py), and count a broken contract: one
+        """Record a stage that ended (autorl/loop/lifecycle.py), and count a broken contract: one
         fails its node; the same again in the next stage is the template's bug, not bad
         luck, and stops the session instead of spending the budget on it."""
         breach = self.stages.conclude(node, work)
@@ -263,7 +263,7 @@ class Controller:
                                 f"{node.reason}. Fix the template and start a new session")
 
     def reconcile(self) -> None:
-        """Finish what a killed controller left in flight (autorl/reconcile.py)."""
+        """Finish what a killed controller left in flight (autorl/loop/reconcile.py)."""
         for carry in in_flight(self.tree, self.parts.executor, self.stages, self.observer):
             if carry.follow:
                 self.start(carry.node)
@@ -318,12 +318,12 @@ class Controller:
             self.observer.message("what mattered: " + ", ".join(f"{n} {s:.0%}" for n, s in found.items()))
 
     def write_report(self) -> None:
-        """The session report (autorl/session_report.py), also after a stop; a failure to draw
-        it is reported, never raised: the session's record is already complete."""
-        from autorl.session_report import report_session
-
+        """The session report, also after a stop; a failure to draw it is reported, never
+        raised: the session's record is already complete."""
+        if self.parts.report is None:
+            return
         try:
-            paths = report_session(self.parts.tracker, self.config.name)
+            paths = self.parts.report()
         except Exception as exc:  # noqa: BLE001 - see the docstring
             self.observer.message(f"report not written: {exc}")
             return

@@ -3,7 +3,7 @@
 ``--approve edits`` holds proposals that change ``train.py``, ``all`` holds every stage,
 ``none`` (the default) holds nothing. The controller asks its gate for a decision; the
 TUI answers from another thread, or a TUI attached from another process answers through
-the session's channel (``autorl/channel.py``): the first decision for a proposal wins,
+the session's channel (``autorl/loop/channel.py``): the first decision for a proposal wins,
 wherever it comes from. A rejection's reason goes back to the proposer as context for
 its next proposal; an edit of the values is validated like any proposal.
 """
@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-from autorl.channel import POLL_S, Channel
+from autorl.loop.channel import POLL_S, Channel
 from search.proposers import Proposal
 from search.tree import Decision, Node
 

@@ -13,7 +13,7 @@ import html
 from collections import Counter
 from pathlib import Path
 
-from autorl import figures
+from autorl.views import figures
 from search.importance import MIN_STAGES
 from search.tree import schedule_text
 
@@ -163,8 +163,8 @@ def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
 def report_session(tracker, name: str) -> dict[str, Path]:
     """Write a session's report from the tracking store, log it to the session's run under
     ``report/`` and put its summary in the run's description (what MLflow's UI shows first)."""
-    from autorl.records import stored_config
-    from autorl.report import show_session
+    from autorl.storage.records import stored_config
+    from autorl.storage.report import show_session
 
     data = show_session(tracker, name)
     config = stored_config(tracker.find_session(name))

@@ -1,7 +1,7 @@
 """A proposal's review before it runs: shown to a person (``--approve``), approved,
 rejected or edited, and the decision kept.
 
-The gate (``autorl/approval.py``) waits for a decision; this object acts on it: a
+The gate (``autorl/loop/approval.py``) waits for a decision; this object acts on it: a
 rejection reaches the proposer and MLflow, an edit replaces the proposer's values
 (validated again here: an attached viewer is not trusted), and every decision is
 appended to ``decisions.jsonl``, an artifact of the session run.
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autorl.approval import Gate
-from autorl.channel import proposal_key
-from autorl.collaborators import Collaborators
-from autorl.observer import Observer
+from autorl.loop.approval import Gate
+from autorl.loop.channel import proposal_key
+from autorl.loop.collaborators import Collaborators
+from autorl.loop.observer import Observer
 from search.errors import ProposalError
 from search.proposers import Proposal
 from search.space import SearchSpace

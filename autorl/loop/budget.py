@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from autorl.goals import Goals
+from autorl.loop.goals import Goals
 
 
 def session_budget(config, template, goals: Goals | None = None) -> "Budget":

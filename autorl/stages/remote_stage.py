@@ -1,6 +1,6 @@
 """One stage on a cluster node: train, then score on validation, as the local controller would.
 
-``python -m autorl.remote_stage TASK.json`` is what a Ray job runs (``autorl/ray_stages.py``).
+``python -m autorl.stages.remote_stage TASK.json`` is what a Ray job runs (``autorl/stages/ray_stages.py``).
 It uses the strongest sandbox tier the node supports (and, unless the session said
 ``--workers cold``, one warm worker for the job's two runs), checks the frozen files against the
 hashes the session recorded when it started (not against what it finds on the node), and
@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from autorl.errors import CheckpointError, ContractError, FrozenFileError
-from autorl.evaluate import EvalResult, FrozenEvaluator
-from autorl.frozen import FrozenGuard
-from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageRunner, StageWork, score_trained
+from autorl.stages.evaluate import EvalResult, FrozenEvaluator
+from autorl.stages.frozen import FrozenGuard
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import StageOutcome, StageRunner, StageWork, score_trained
 from sandbox import Limits, RunResult, WorkerPlan, choose_sandbox
 
 RESULT_FILE = "stage_result.json"

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from autorl.budget import Budget
-from autorl.timing import productive_seconds
-from autorl.tracking import Tracker
+from autorl.loop.budget import Budget
+from autorl.stages.timing import productive_seconds
+from autorl.storage.tracking import Tracker
 from search.tree import Tree
 
 

@@ -29,9 +29,9 @@ from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
 from textual.worker import get_current_worker
 
-from autorl.channel import Channel
-from autorl.controller import Controller
-from autorl.observer import Observer, Observers
+from autorl.loop.channel import Channel
+from autorl.loop.controller import Controller
+from autorl.loop.observer import Observer, Observers
 from search.errors import ProposalError
 from search.proposers import Proposal
 from search.space import Param, SearchSpace

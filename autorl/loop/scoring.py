@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autorl.evaluate import FrozenEvaluator
-from autorl.ledger import Ledger
-from autorl.lifecycle import StageLifecycle, eval_timing
-from autorl.observer import Observer
-from autorl.tracking import Tracker
+from autorl.loop.ledger import Ledger
+from autorl.loop.lifecycle import StageLifecycle, eval_timing
+from autorl.loop.observer import Observer
+from autorl.stages.evaluate import FrozenEvaluator
+from autorl.storage.tracking import Tracker
 from search.tree import Tree
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from autorl.errors import TrackingError
-from autorl.store import prepare_sqlite, sqlite_path
+from autorl.storage.store import prepare_sqlite, sqlite_path
 
 EXPERIMENT = "autorl"
 SESSION_KIND = "session"

@@ -1,7 +1,7 @@
 """Stages on a Ray cluster (``--executor ray``): one Ray job per stage attempt.
 
 Each stage (training, then scoring on validation) is a Ray job running
-``python -m autorl.remote_stage`` on whichever node has the CPUs (and GPU) it asks for,
+``python -m autorl.stages.remote_stage`` on whichever node has the CPUs (and GPU) it asks for,
 in the sandbox tier that node supports. Its submission id is stable per node attempt
 (``autorl-<session run>-<node>-a<attempt>``), so the id is an idempotency key: a
 controller killed with ``kill -9`` and resumed finds the job still running (or finished)
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from autorl import remote_stage
 from autorl.errors import ConfigError, SessionError
-from autorl.spec import TrialSpec
-from autorl.stage import MetricsTail, StageOutcome, StageWork
+from autorl.stages import remote_stage
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import MetricsTail, StageOutcome, StageWork
 
 LOCAL_ADDRESS = "http://127.0.0.1:8265"
 HEAD_PORT = 6380
@@ -171,7 +171,7 @@ class RayStages:
         task_path = job.node_dir / remote_stage.TASK_FILE
         task_path.write_text(json.dumps(task, indent=1))
         self.client.submit_job(
-            entrypoint=f"{sys.executable} -m autorl.remote_stage {task_path}",
+            entrypoint=f"{sys.executable} -m autorl.stages.remote_stage {task_path}",
             submission_id=job.submission_id,
             entrypoint_num_cpus=self.cpus,
             entrypoint_num_gpus=self.gpus or None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import CheckpointError, TemplateError
-from autorl.evaluate import check_checkpoint
+from autorl.stages.evaluate import check_checkpoint
 from search.errors import SpaceError
 from search.space import SearchSpace
 
@@ -34,8 +34,9 @@ FROZEN_DIR = "env"
 
 def builtin_root() -> Path:
     """Where the built-in templates live: inside the wheel, or the source checkout."""
-    packaged = Path(__file__).resolve().parent / "templates"
-    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "templates"
+    package = Path(__file__).resolve().parents[1]  # autorl/
+    packaged = package / "templates"
+    return packaged if packaged.is_dir() else package.parent / "templates"
 
 
 def builtin_names() -> list[str]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from autorl.executor import Executor
-from autorl.lifecycle import StageLifecycle
-from autorl.observer import Observer
-from autorl.stage import StageOutcome
+from autorl.loop.lifecycle import StageLifecycle
+from autorl.loop.observer import Observer
+from autorl.stages.executor import Executor
+from autorl.stages.stage import StageOutcome
 from search.tree import Node, Status, Tree
 
 MAX_ATTEMPTS = 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import git
 
-from autorl.template import Template, copy_to
+from autorl.stages.template import Template, copy_to
 
 TRAIN_SCRIPT = "train.py"
 

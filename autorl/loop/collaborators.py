@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from autorl.executor import Executor
-from autorl.tracking import Tracker
-from autorl.workspace import Workspace
+from autorl.stages.executor import Executor
+from autorl.stages.workspace import Workspace
+from autorl.storage.tracking import Tracker
 from search.policy import BestFirstPolicy
 from search.proposers import Proposer
 
@@ -18,3 +20,4 @@ class Collaborators:
     executor: Executor  # LocalStages, or RayExecutor with --executor ray
     proposer: Proposer
     policy: BestFirstPolicy | None  # None when the proposer chooses parents itself (flat and greedy baselines)
+    report: Callable[[], dict[str, Path]] | None = None  # writes the session report (autorl/views/session_report.py)

@@ -11,22 +11,23 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autorl import faults, records
-from autorl.budget import Budget
-from autorl.collaborators import Collaborators
+from autorl import faults
+from autorl.analysis.curves import read_records
+from autorl.analysis.diagnose import RewardScale, diagnose
+from autorl.analysis.noise import paired_comparison
+from autorl.analysis.plots import plot_curves
 from autorl.config import SessionConfig
-from autorl.curves import read_records
-from autorl.deferred import Deferred
-from autorl.diagnose import RewardScale, diagnose
 from autorl.errors import ContractError, FrozenFileError
-from autorl.evaluate import EvalResult
-from autorl.noise import paired_comparison
-from autorl.observer import Observer
-from autorl.plots import plot_curves
-from autorl.spec import TrialSpec
-from autorl.stage import StageOutcome, StageWork
-from autorl.template import Template
-from autorl.timing import utc_now
+from autorl.loop.budget import Budget
+from autorl.loop.collaborators import Collaborators
+from autorl.loop.deferred import Deferred
+from autorl.loop.observer import Observer
+from autorl.stages.evaluate import EvalResult
+from autorl.stages.spec import TrialSpec
+from autorl.stages.stage import StageOutcome, StageWork
+from autorl.stages.template import Template
+from autorl.stages.timing import utc_now
+from autorl.storage import records
 from search.proposers import Proposal
 from search.tree import Decision, Node, Status, Tree
 

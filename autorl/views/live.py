@@ -9,8 +9,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from autorl.budget import Budget
-from autorl.observer import Observer
+from autorl.loop.budget import Budget
+from autorl.loop.observer import Observer
 from search.tree import Node, Status, Tree, schedule_text
 
 STATUS_STYLE = {"succeeded": "green", "failed": "red", "running": "yellow", "pending": "dim"}

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import SessionError
-from autorl.lock import SessionLock
-from autorl.records import node_from_run
-from autorl.tracking import Tracker
+from autorl.storage.lock import SessionLock
+from autorl.storage.records import node_from_run
+from autorl.storage.tracking import Tracker
 
 
 def node_view(run) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def session_summary(run) -> dict[str, Any]:
         "status": tags.get("autorl.status"),
         "reason": tags.get("autorl.reason", ""),
         "topic": tags.get("autorl.topic"),
-        "template": tags.get("autorl.template"),
+        "template": tags.get("autorl.stages.template"),
         "strategy": tags.get("autorl.strategy"),
         "base_score": metrics.get("base_score"),
         "base_stderr": metrics.get("base_stderr"),
@@ -96,7 +96,7 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
     )
     summary["nodes"] = nodes
     summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"])}
-    summary["workspace"] = run.data.tags.get("autorl.workspace")
+    summary["workspace"] = run.data.tags.get("autorl.stages.workspace")
     return summary
 
 
