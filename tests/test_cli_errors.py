@@ -103,6 +103,7 @@ def test_init_copies_an_editable_template(tmp_path):
     assert_clean_error(*invoke("init", str(tmp_path / "a-file")), "not an empty folder")
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 def test_a_gpu_that_is_not_there_is_one_line():
     done = run_cli("research", "t", "--gpus", "7", "--stages", "1")
     assert done.returncode == 1 and "no GPU 7 on this machine" in done.stderr

@@ -19,6 +19,7 @@ def evaluator(tmp_path_factory):
     return FrozenEvaluator(workspace.path, FrozenGuard.record(workspace.path / "env"), choose_sandbox("auto"))
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 def test_scores_the_base_model_with_standard_error(evaluator, tmp_path):
     base = templates.load("arith").base_model_dir()
     result = evaluator.score(base, "validation", tmp_path)

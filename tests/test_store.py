@@ -47,6 +47,7 @@ def set_revision(database, revision: str) -> None:
         connection.execute("UPDATE alembic_version SET version_num = ?", (revision,))
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 def test_a_half_migrated_store_without_runs_is_made_again(runs_dir):
     database = runs_dir / "mlflow.db"
     set_revision(database, EARLIER_REVISION)  # tables at head, version behind: upgrading fails

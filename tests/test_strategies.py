@@ -17,6 +17,7 @@ def fast_template(tmp_path_factory):
                                                 evaluate_py="fast_evaluate.py")))
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 @pytest.mark.parametrize("strategy", ["grid", "random", "optuna", "greedy"])
 def test_baseline_produces_a_complete_session(strategy, fast_template, runs_dir, tracker):
     config = make_config(name=f"b-{strategy}", topic="t", template=str(fast_template.path), stages=3,

@@ -57,6 +57,7 @@ async def test_approve_runs_the_stage_and_logs_the_decision(fast_template, runs_
     assert tags["autorl.decision"] == "approve" and tags["autorl.decided_by"] == "tester"
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 @pytest.mark.anyio
 async def test_reject_with_a_reason_fails_the_trial_and_reaches_mlflow(fast_template, runs_dir, tracker):
     controller = session(fast_template, runs_dir, tracker, stages=1)
@@ -104,6 +105,7 @@ async def test_an_invalid_edit_is_explained_and_a_valid_one_runs(fast_template, 
     assert tags["autorl.decision"] == "edit" and "edited by tester" in tags["autorl.rationale"]
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 @pytest.mark.anyio
 async def test_pause_holds_the_next_stage_until_resumed(fast_template, runs_dir, tracker):
     controller = session(fast_template, runs_dir, tracker, stages=2)
@@ -263,6 +265,7 @@ async def test_an_attached_edit_is_validated_before_it_is_sent(fast_template, ru
     assert controller.tree.nodes["n001"].hyperparameters["learning_rate"] == 0.0002
 
 
+@pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
 def test_tui_names_a_missing_session():
     done = run_cli("tui", "nothing-here")
     assert done.returncode == 1 and "no session 'nothing-here'" in done.stderr
