@@ -85,6 +85,31 @@ def check_invariants(runs_dir, data):
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
+
+def test_a_stage_trained_again_starts_from_what_it_writes_itself(tmp_path):
+    """A stage cut short by a stop may have written metrics and part of its checkpoint;
+    trained again (on resume, or cold after a lost warm worker) it must not trip over them
+    (copy_train.py's copytree refuses an existing checkpoint) nor count the old steps."""
+    from autorl.stages.spec import TrialSpec
+    from autorl.stages.stage import StageRunner
+    from sandbox import choose_sandbox
+
+    workspace, start, node_dir = tmp_path / "workspace", tmp_path / "start", tmp_path / "n001"
+    workspace.mkdir()
+    (workspace / "train.py").write_text((REPO / "tests" / "experiments" / "copy_train.py").read_text())
+    start.mkdir()
+    (start / "config.json").write_text("{}")
+    (node_dir / "checkpoint").mkdir(parents=True)  # what the cut attempt left
+    (node_dir / "checkpoint" / "half-written.bin").write_bytes(b"\0" * 16)
+    (node_dir / "metrics.jsonl").write_text('{"step": 1, "reward": 9.0}\n{"step": 2, "reward": 9.0}\n')
+    spec = TrialSpec(node_id="n001", init_checkpoint=str(start), output_dir=str(node_dir),
+                     metrics_path=str(node_dir / "metrics.jsonl"), hyperparameters={}, max_steps=2, seed=1,
+                     wall_seconds=60)
+    outcome = StageRunner(workspace, choose_sandbox("none")).run(spec, node_dir)
+    assert outcome.ok, outcome.reason
+    assert [r["reward"] for r in outcome.records] == [0.5, 0.5]
+    assert sorted(p.name for p in (node_dir / "checkpoint").iterdir()) == ["config.json"]
+
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["proposal_accepted:2", "launched:2", "mid_training:2", "trained:2",
                                    "mid_evaluation:3", "evaluated:2"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,13 @@ def metrics_breach(records: list[dict], footer: dict[str, str]) -> str | None:
     return None
 
 
+def discard_attempt(tail: MetricsTail, checkpoint: Path) -> None:
+    """Remove what an earlier attempt of the stage wrote (its metrics, a checkpoint it may
+    have half-saved), so a stage trained again is judged on its own output only."""
+    tail.restart()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+
+
 class StageRunner:
     """Launches ``train.py`` from the workspace for one node."""
 
@@ -124,6 +132,8 @@ class StageRunner:
         node_dir.mkdir(parents=True, exist_ok=True)
         spec_path = spec.write(node_dir / "spec.json")
         tail, clock = MetricsTail(Path(spec.metrics_path)), StageClock()
+        checkpoint = Path(spec.output_dir) / "checkpoint"
+        discard_attempt(tail, checkpoint)  # a stage cut short by a stop trains again from nothing
 
         def poll() -> None:
             faults.point("launched")
@@ -135,7 +145,7 @@ class StageRunner:
                     on_step(record)
 
         def retry() -> None:  # the warm worker was lost: the cold retry starts from nothing
-            tail.restart()
+            discard_attempt(tail, checkpoint)
             clock.first_step = clock.trained = clock.train_runtime = None
 
         argv = [sys.executable, str(self.workspace / "train.py"), "--spec", str(spec_path)]
@@ -145,7 +155,6 @@ class StageRunner:
                              wall_seconds=spec.wall_seconds, env=scrubbed_env(node_dir), mounts=mounts, on_poll=poll,
                              on_retry=retry)
         clock.exit()
-        checkpoint = Path(spec.output_dir) / "checkpoint"
         reason = result.failure_reason(spec.wall_seconds)
         if reason is None and not result.footer:
             reason = "no result footer: train.py ended without printing '---' and its key: value lines"
