@@ -4,7 +4,9 @@ that cannot be decoded is an error naming the run, never a silent default."""
 import pytest
 
 from autorl.errors import RecordError
+from autorl.resume import rebuild_tree
 from autorl.storage import records
+from autorl.storage.tracking import Tracker
 from search.tree import Finding, Node, Status
 
 
@@ -23,8 +25,8 @@ def test_a_node_with_a_20000_character_rationale_and_12_findings_round_trips(tra
     node.mlflow_run_id = tracker.start_node(session, "long", node.id, records.node_tags(node), node.hyperparameters)
     tracker.log_metrics(node.mlflow_run_id, records.node_metrics(node))
     tracker.end_node(node.mlflow_run_id, failed=False)
-    (run,) = tracker.node_runs(session)
-    back = records.node_from_run(run)
+    reopened = Tracker(tracker.uri)  # what `autorl resume` does in a new process: rebuild the tree from MLflow
+    back = rebuild_tree(reopened, reopened.find_session("long")).nodes["n001"]
     assert back.rationale == node.rationale and back.diagnosis == node.diagnosis and back.timing == node.timing
 
 
