@@ -5,7 +5,7 @@ and LLM usage spent; its node runs give the tree (the latest attempt of each nod
 the Optuna journal, the workspace's git history and the LLM reply cache are reopened
 as they are. What was in flight is reconciled: a node run left RUNNING is marked
 KILLED, and its stage is scored if it had finished training, else trained again
-once (``Controller.reconcile``); an Optuna trial left RUNNING that no node owns is
+once (``autorl/loop/reconcile.py``); an Optuna trial left RUNNING that no node owns is
 failed and its values enqueued again. Nothing finished is lost or repeated, and the
 budget is charged once per node.
 """
