@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from autorl.config import SessionConfig
+from autorl.config import FLAGS, SessionConfig, choices
 from autorl.errors import USER_ERRORS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
@@ -49,11 +49,16 @@ def cli_errors(func):
     return wrapper
 
 
-def option(field: str, *flags: str, **extra) -> typer.models.OptionInfo:
-    """A CLI option whose default and help are the SessionConfig field's: each option is
-    declared once, and its validation lives in the config."""
+def option(field: str, *short: str, **extra) -> typer.models.OptionInfo:
+    """A CLI option whose flag (``FLAGS``), default, help and validation are the
+    SessionConfig field's: each option is declared once, in the config."""
     info = SessionConfig.model_fields[field]
-    return typer.Option(info.default, *flags, help=info.description, **extra)
+    flag = FLAGS[field]
+    if info.annotation is bool:
+        flag = f"{flag}/--no-{flag.removeprefix('--')}"
+    if choices(field):
+        extra.setdefault("metavar", "|".join(choices(field)))
+    return typer.Option(info.default, flag, *short, help=info.description, **extra)
 
 
 def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: bool = False,
@@ -77,47 +82,47 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: 
 @cli_errors
 def research(
     topic: str = typer.Argument(..., help="The research question, e.g. 'reach 70% on 3-digit addition'."),
-    template: str = option("template", "--template", "-t"),
-    train_steps: Optional[int] = option("train_steps", "--train-steps"),
-    stages: Optional[int] = option("stages", "--stages", "-n"),
+    template: str = option("template", "-t"),
+    train_steps: Optional[int] = option("train_steps"),
+    stages: Optional[int] = option("stages", "-n"),
     time_budget: Optional[str] = typer.Option(None, "--time",
                                               help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
         None, "--strategy",
         help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
-    seed: int = option("seed", "--seed"),
-    max_depth: Optional[int] = option("max_depth", "--max-depth"),
-    schedule_prior: bool = option("schedule_prior", "--schedule-prior/--no-schedule-prior"),
-    local_steps: bool = option("local_steps", "--local-steps/--no-local-steps"),
-    leaf_width: Optional[int] = option("leaf_width", "--leaf-width"),
+    seed: int = option("seed"),
+    max_depth: Optional[int] = option("max_depth"),
+    schedule_prior: bool = option("schedule_prior"),
+    local_steps: bool = option("local_steps"),
+    leaf_width: Optional[int] = option("leaf_width"),
     ablate: Optional[list[str]] = typer.Option(None, "--ablate", metavar="PART",
                                                help=SessionConfig.model_fields["ablate"].description
                                                + " Repeat for several."),
-    sandbox: str = option("sandbox", "--sandbox"),
-    workers: str = option("workers", "--workers"),
-    trial_memory: float = option("trial_memory_gb", "--trial-memory"),
-    parallel: int = option("parallel", "--parallel", "-j"),
-    executor: str = option("executor", "--executor"),
-    ray_address: Optional[str] = option("ray_address", "--ray-address", envvar="AUTORL_RAY_ADDRESS"),
-    trial_cpus: Optional[float] = option("trial_cpus", "--trial-cpus"),
-    target: Optional[float] = option("target", "--target"),
-    patience: Optional[int] = option("patience", "--patience"),
-    gpus: str = option("gpus", "--gpus"),
-    approve: str = option("approve", "--approve"),
+    sandbox: str = option("sandbox"),
+    workers: str = option("workers"),
+    trial_memory: float = option("trial_memory_gb"),
+    parallel: int = option("parallel", "-j"),
+    executor: str = option("executor"),
+    ray_address: Optional[str] = option("ray_address", envvar="AUTORL_RAY_ADDRESS"),
+    trial_cpus: Optional[float] = option("trial_cpus"),
+    target: Optional[float] = option("target"),
+    patience: Optional[int] = option("patience"),
+    gpus: str = option("gpus"),
+    approve: str = option("approve"),
     wait: bool = typer.Option(False, "--wait", help="With --approve: run headless and wait for decisions from "
                                                     "`autorl tui NAME` (attached from another terminal)."),
     name: Optional[str] = typer.Option(None, "--name", help="Session name [default: from topic and time]."),
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
-    study_storage: Optional[str] = option("study_storage", "--study-storage", envvar="AUTORL_STUDY_STORAGE"),
-    llm: Optional[str] = option("llm_model", "--llm", envvar="AUTORL_LLM"),
-    llm_base_url: Optional[str] = option("llm_base_url", "--llm-base-url", envvar="OPENAI_BASE_URL"),
+    study_storage: Optional[str] = option("study_storage", envvar="AUTORL_STUDY_STORAGE"),
+    llm: Optional[str] = option("llm_model", envvar="AUTORL_LLM"),
+    llm_base_url: Optional[str] = option("llm_base_url", envvar="OPENAI_BASE_URL"),
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file",
                                                 help="File holding the API key [default: $OPENAI_API_KEY]."),
-    llm_timeout: float = option("llm_timeout_s", "--llm-timeout"),
-    max_llm_tokens: Optional[int] = option("max_llm_tokens", "--max-llm-tokens"),
-    max_llm_cost: Optional[float] = option("max_llm_cost", "--max-llm-cost"),
-    llm_reasoning_effort: Optional[str] = option("llm_reasoning_effort", "--llm-reasoning-effort"),
+    llm_timeout: float = option("llm_timeout_s"),
+    max_llm_tokens: Optional[int] = option("max_llm_tokens"),
+    max_llm_cost: Optional[float] = option("max_llm_cost"),
+    llm_reasoning_effort: Optional[str] = option("llm_reasoning_effort"),
 ):
     """Run a research session: propose, train, score and record stages until the budget is spent."""
     from autorl.config import default_runs_dir, make_config, parse_duration
@@ -185,8 +190,8 @@ def interface(approve: str, wait: bool = False):
 
 
 def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
+    from autorl.config import APPROVE_MODES
     from autorl.errors import ConfigError
-    from autorl.loop.approval import APPROVE_MODES
 
     if mode not in APPROVE_MODES:
         raise ConfigError(f"--approve: unknown mode {mode!r}; choose one of {', '.join(APPROVE_MODES)}")

@@ -7,20 +7,24 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from autorl.errors import ConfigError
 
-STRATEGIES = ("tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid")
+Strategy = Literal["tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid"]
+ApproveMode = Literal["none", "edits", "all"]  # which proposals wait for a person: none, train.py edits, every stage
+WorkerKind = Literal["warm", "cold"]
+SandboxKind = Literal["auto", "bwrap", "none"]
+ExecutorKind = Literal["local", "ray"]
+STRATEGIES = get_args(Strategy)
+APPROVE_MODES = get_args(ApproveMode)
 DEFAULT_TRAIN_STEPS = 160  # 8 stages of 20 steps: a few minutes on a 2-core CPU with the built-in templates
 STEPS_PER_STAGE = 20  # a typical stage, to turn a step budget into a depth (the templates' default stage)
 MIN_DEPTH = 3  # the shallowest default --max-depth (it grows from 16 stages on)
 TREE_STRATEGIES = ("tree", "llm", "hybrid")  # a tree policy picks the parent; the others run their own line
 LLM_STRATEGIES = ("llm", "hybrid")
-CHOICES = {"strategy": STRATEGIES, "approve": ("none", "edits", "all"), "workers": ("warm", "cold"),
-           "sandbox": ("auto", "bwrap", "none"), "executor": ("local", "ray")}
 # parts of the tree search that can be switched off, to measure what each buys (benchmarks/search_ablation.py)
 SEARCH_PARTS = {
     "memory": "the memory of collapses (no stage anywhere near a learning rate that collapsed)",
@@ -81,7 +85,7 @@ class SessionConfig(BaseModel):
                                     "--stages nor --time is given].")
     stages: int | None = Field(None, ge=1, description="At most this many training stages.")
     time_budget_s: float | None = Field(None, description="Wall-clock budget of the whole session.")
-    strategy: str = Field("tree", description="How the next stage is proposed.")
+    strategy: Strategy = Field("tree", description="How the next stage is proposed.")
     seed: int = Field(0, ge=0, lt=2**32, description="Seed of the search (policy, sampler, trial seeds).")
     target: float | None = Field(None, description="Stop when a node's validation score reaches this "
                                  "(e.g. 0.65); a topic stating a percentage suggests one.")
@@ -97,17 +101,18 @@ class SessionConfig(BaseModel):
                                  "from a stage to its child; regularisation (lr, KL, temperature) moves freely.")
     ablate: tuple[str, ...] = Field((), description="Switch off a part of the tree search to measure it: "
                                     + ", ".join(SEARCH_PARTS) + ".")
-    sandbox: str = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
+    sandbox: SandboxKind = Field("auto", description="Trial isolation: auto (strongest that works), bwrap, or none.")
     trial_memory_gb: float = Field(8.0, ge=0.25, description="Memory limit of one trial (its cgroup), in GiB.")
-    approve: str = Field("none", description="none | edits | all: which proposals wait for you in the TUI "
-                         "(stored with the session; resume keeps it unless told otherwise).")
-    workers: str = Field("warm", description="How trials start: warm (forked from a worker that imported the "
+    approve: ApproveMode = Field("none", description="Which proposals wait for you in the TUI: none, edits (those that "
+                         "change train.py) or all (stored with the session; resume keeps it unless told otherwise).")
+    workers: WorkerKind = Field("warm", description="How trials start: warm (forked from a worker that imported the "
                          "training stack once; falls back to cold where it cannot) or cold (a fresh interpreter each).")
     parallel: int = Field(1, ge=1, le=64, description="Stages that may train at once (one trial per GPU when the "
                           "session has GPUs; tree, greedy, pbt, llm and hybrid use them, the flat schedules run one "
                           "stage at a time).")
-    executor: str = Field("local", description="Where stages run: local (sandboxed processes here) or ray (one Ray "
-                          "job per stage on a cluster; the session folder must be on storage every node reaches).")
+    executor: ExecutorKind = Field("local", description="Where stages run: local (sandboxed processes here) or ray "
+                                   "(one Ray job per stage on a cluster; the session folder must be on storage "
+                                   "every node reaches).")
     ray_address: str | None = Field(None, description="The Ray cluster's dashboard URL, e.g. http://head:8265 "
                                     "[default: the Ray head on this machine, started if none answers].")
     trial_cpus: float | None = Field(None, gt=0, description="CPUs of one trial (its cgroup quota and its threads) "
@@ -147,14 +152,6 @@ class SessionConfig(BaseModel):
     def _positive_time(cls, value: float | None) -> float | None:
         if value is not None and not 0 < value < float("inf"):
             raise ValueError("must be a positive duration")
-        return value
-
-    @field_validator("strategy", "approve", "workers", "sandbox", "executor")
-    @classmethod
-    def _one_of_the_choices(cls, value: str, info) -> str:
-        choices = CHOICES[info.field_name]
-        if value not in choices:
-            raise ValueError(f"unknown {info.field_name} {value!r}; choose one of {', '.join(choices)}")
         return value
 
     @field_validator("ablate")
@@ -242,11 +239,22 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
 }
 
 
+def choices(field: str) -> tuple[str, ...]:
+    """The values a ``Literal``-typed option accepts (``None`` aside)."""
+    def values(annotation) -> list:
+        return [v for arg in get_args(annotation) for v in (values(arg) if get_args(arg) else [arg])]
+
+    return tuple(v for v in values(SessionConfig.model_fields[field].annotation) if not isinstance(v, type))
+
+
 def describe_error(error: dict) -> str:
     """One pydantic error as ``--option: what is wrong (got VALUE)``."""
     field = str(error["loc"][0]) if error["loc"] else ""
     message = str(error["msg"]).removeprefix("Value error, ").removeprefix("Input ")
     flag = FLAGS.get(field, field)
+    if error["type"] == "literal_error":
+        known = ", ".join(choices(field))
+        return f"{flag}: unknown {flag.removeprefix('--')} {error['input']!r}; choose one of {known}"
     got = (f" (got {error['input']!r})"
            if error["type"] != "value_error" and not isinstance(error.get("input"), dict) else "")
     return f"{flag}: {message}{got}" if flag and not message.startswith(flag) else message

@@ -16,11 +16,10 @@ import threading
 import time
 from typing import Callable
 
+from autorl.config import APPROVE_MODES
 from autorl.loop.channel import POLL_S, Channel
 from search.proposers import Proposal
 from search.tree import Decision, Node
-
-APPROVE_MODES = ("none", "edits", "all")
 
 
 class Gate:
