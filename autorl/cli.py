@@ -416,6 +416,10 @@ def show(
         best = data["best"]
         console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, "
                       f"test {fmt(best['test_score'])}")
+    if data.get("beats_base") is False:
+        from autorl.storage.report import NO_GAIN
+
+        console.print(f"[yellow]{NO_GAIN}[/] (base val {fmt(data['base_score'])})")
     if (dashboard := dashboard_command(tracker, name)) is not None:
         console.print(f"its Optuna study:  {dashboard}", highlight=False)
 

@@ -10,6 +10,7 @@ from autorl.loop.ledger import Ledger
 from autorl.loop.lifecycle import StageLifecycle, eval_timing
 from autorl.loop.observer import Observer
 from autorl.stages.evaluate import FrozenEvaluator
+from autorl.storage.report import NO_GAIN, beats_base
 from autorl.storage.tracking import Tracker
 from search.tree import Tree
 
@@ -58,3 +59,5 @@ class Scoring:
         self.observer.message(
             f"best {best.id}: validation {best.val_score:.3f}, test {test.mean:.3f} ± {test.stderr:.3f} "
             f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})")
+        if not beats_base(best.val_score, self.tree.base_score):
+            self.observer.message(f"{NO_GAIN} (validation {self.tree.base_score:.3f})")

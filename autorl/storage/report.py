@@ -96,8 +96,21 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
     )
     summary["nodes"] = nodes
     summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"])}
+    summary["beats_base"] = beats_base(best and best["val_score"], summary.get("base_score"))
     summary["workspace"] = run.data.tags.get("autorl.stages.workspace")
     return summary
+
+
+def beats_base(best_val: float | None, base_val: float | None) -> bool | None:
+    """Whether the best stage scored above the base model on validation (None: unknown).
+    When none did, the base model is still the best checkpoint the session has, and every
+    view says so rather than presenting a worse stage as the winner."""
+    if best_val is None or base_val is None:
+        return None
+    return best_val > base_val
+
+
+NO_GAIN = "no stage beat the base model on validation: the base model is still the best checkpoint"
 
 
 def path_to(nodes: list[dict], node_id: str) -> list[str]:
