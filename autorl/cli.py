@@ -56,8 +56,8 @@ def option(field: str, *short: str, **extra) -> typer.models.OptionInfo:
     flag = FLAGS[field]
     if info.annotation is bool:
         flag = f"{flag}/--no-{flag.removeprefix('--')}"
-    if choices(field):
-        extra.setdefault("metavar", "|".join(choices(field)))
+    if known := choices(field):
+        extra.setdefault("metavar", "|".join(known))
     return typer.Option(info.default, flag, *short, help=info.description, **extra)
 
 
@@ -88,8 +88,8 @@ def research(
     time_budget: Optional[str] = typer.Option(None, "--time",
                                               help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
-        None, "--strategy",
-        help="tree | grid | random | optuna | greedy | pbt | llm | hybrid [default: hybrid with --llm, else tree]."),
+        None, "--strategy", metavar="|".join(choices("strategy")),
+        help="How the next stage is proposed [default: hybrid with --llm, else tree]."),
     seed: int = option("seed"),
     max_depth: Optional[int] = option("max_depth"),
     schedule_prior: bool = option("schedule_prior"),

@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -240,11 +240,10 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
 
 
 def choices(field: str) -> tuple[str, ...]:
-    """The values a ``Literal``-typed option accepts (``None`` aside)."""
-    def values(annotation) -> list:
-        return [v for arg in get_args(annotation) for v in (values(arg) if get_args(arg) else [arg])]
-
-    return tuple(v for v in values(SessionConfig.model_fields[field].annotation) if not isinstance(v, type))
+    """The values a ``Literal``-typed option accepts (also inside ``Literal[...] | None``)."""
+    annotation = SessionConfig.model_fields[field].annotation
+    literal = next((a for a in (annotation, *get_args(annotation)) if get_origin(a) is Literal), None)
+    return get_args(literal) if literal is not None else ()
 
 
 def describe_error(error: dict) -> str:

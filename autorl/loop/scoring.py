@@ -59,5 +59,5 @@ class Scoring:
         self.observer.message(
             f"best {best.id}: validation {best.val_score:.3f}, test {test.mean:.3f} ± {test.stderr:.3f} "
             f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})")
-        if not beats_base(best.val_score, self.tree.base_score):
+        if beats_base(best.val_score, self.tree.base_score) is False:
             self.observer.message(f"{NO_GAIN} (validation {self.tree.base_score:.3f})")

@@ -104,7 +104,11 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
 def beats_base(best_val: float | None, base_val: float | None) -> bool | None:
     """Whether the best stage scored above the base model on validation (None: unknown).
     When none did, the base model is still the best checkpoint the session has, and every
-    view says so rather than presenting a worse stage as the winner."""
+    view says so rather than presenting a worse stage as the winner.
+
+    >>> beats_base(0.512, 0.528), beats_base(0.61, 0.528), beats_base(None, 0.528)
+    (False, True, None)
+    """
     if best_val is None or base_val is None:
         return None
     return best_val > base_val
