@@ -81,7 +81,7 @@ def open_tracker(runs_dir: Optional[Path], tracking_uri: Optional[str], create: 
 @app.command()
 @cli_errors
 def research(
-    topic: str = typer.Argument(..., help="The research question, e.g. 'reach 70% on 3-digit addition'."),
+    topic: str = typer.Argument(..., help="The research question, e.g. 'which schedule helps digit sorting most'."),
     template: str = option("template", "-t"),
     train_steps: Optional[int] = option("train_steps"),
     stages: Optional[int] = option("stages", "-n"),
