@@ -9,7 +9,7 @@ import pytest
 
 from autorl.stages import template as templates
 
-TEMPLATES = ["arith", "digitsort", "countdown"]
+TEMPLATES = ["arith", "digitsort", "countdown", "wordproblems"]
 # What TRL 1.16's GRPOTrainer logs each step (beside a template's own keys), as measured.
 TRL_KEYS = {"loss", "grad_norm", "learning_rate", "num_tokens", "epoch", "step_time", "reward", "reward_std",
             "frac_reward_zero_std", "entropy", "kl", "completions/mean_length", "completions/min_length",

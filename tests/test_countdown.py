@@ -64,7 +64,9 @@ def test_train_py_uses_the_cpu_it_is_given():
     assert train.hardware() == {"device": "cpu", "bf16": False, "vllm": False}
     config = train.build_config(spec, constants, train.hardware())
     assert config.use_cpu and not config.bf16 and not config.use_vllm and not config.gradient_checkpointing
-    assert config.per_device_train_batch_size == constants["stage"]["completions_per_step"]
+    per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps
+    assert per_step == constants["stage"]["completions_per_step"]  # micro-batches add up to a step
+    assert config.per_device_train_batch_size == constants["stage"]["micro_batch"] < per_step
     assert train.lora_config(0) is None
 
 

