@@ -52,7 +52,11 @@ def test_the_reward_reads_the_last_integer_of_chats_and_strings():
     assert task.correctness_reward(replies, [17] * 4) == [1.0, 0.0, 0.0, 1.0]
 
 
-def test_the_evaluator_scores_replies_with_their_standard_error():
+def test_the_evaluator_scores_replies_with_their_standard_error(monkeypatch):
+    import sys
+
+    for name in ("env", "env.task"):  # another template's env package may be imported already
+        monkeypatch.delitem(sys.modules, name, raising=False)
     evaluator = load_module("wordproblems_evaluate", ENV / "evaluate.py")
     problems = task.problems("validation", 4)
     texts = [f"So {p['answer']}." for p in problems[:3]] + ["No idea."]
