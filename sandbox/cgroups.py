@@ -62,7 +62,8 @@ def detect() -> str | None:
 
 
 class TrialCgroup:
-    """One group per trial: created before launch, joined by the child, removed after."""
+    """One group per trial: created before launch, the trial's first process moved in by
+    the controller before it runs anything (``add``), removed after."""
 
     def __init__(self, version: str, dirs: dict[str, Path], limits: Limits):
         self.version = version
@@ -123,14 +124,10 @@ class TrialCgroup:
             _write(path / "cpu.max", f"{int(limits.cpus * 100000)} 100000")
         return cls("v2", {"unified": path}, limits)
 
-    def join(self) -> None:
-        """Move the calling process into the group (called in the child before exec)."""
-        pid = str(os.getpid())
-        for path in self.dirs.values():
-            _write(path / "cgroup.procs", pid)
-
     def add(self, pid: int) -> None:
-        """Move process ``pid`` (a warm worker's fork, before it may start) into the group."""
+        """Move process ``pid`` into the group: in v1 into each controller's hierarchy. The
+        process is a cold run held at the executor's gate or a warm worker's fork waiting
+        for ``go``, so nothing of the trial runs outside the group."""
         for path in self.dirs.values():
             _write(path / "cgroup.procs", str(pid))
 

@@ -5,11 +5,22 @@ allow-listed environment: no API keys or tokens reach it. Output goes to files (
 pipe plus a surviving grandchild can hang the reader). The controller, not the
 command, enforces the budget: past it the whole process group gets SIGTERM, then
 SIGKILL. What this does *not* do: filesystem, network or memory isolation.
+
+The launch runs no Python in the child between fork and exec (``preexec_fn`` can
+deadlock a child forked from a controller with threads): Popen itself starts the new
+session and drops the UID (``user=``, ``group=``, ``extra_groups=[]``). Whatever must
+happen to the process before any of the command runs (joining the trial's cgroup) is
+done by the controller while the child waits at a gate: ``/bin/sh`` blocked reading its
+stdin (a pipe), which execs the command only once ``on_started(pid)`` has returned and
+the controller has written ``go``. A parent-death signal is set by util-linux
+``setpriv --pdeathsig KILL`` exec'd in front of the command (``die_with_parent``).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -22,6 +33,11 @@ ALLOWED_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "OPENBLAS_CORETYPE", "OPENBLAS_L2
                "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 TERM_GRACE_SECONDS = 5.0
 POLL_SECONDS = 0.05
+# Waits for one line on stdin (the controller's "go"), then execs its arguments with stdin
+# from /dev/null and the environment it was given (the shell's own PWD unset); at end of
+# file (the controller gave up or died) it exits without running them.
+GATE_CLOSED = 125
+GATE = ("/bin/sh", "-c", f'read -r _ || exit {GATE_CLOSED}; unset PWD; exec "$@" </dev/null', "autorl-gate")
 
 
 def scrubbed_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -129,16 +145,15 @@ class LocalExecutor:
         env: dict[str, str],
         log_prefix: str = "",
         on_poll: Callable[[], None] | None = None,
-        preexec_fn: Callable[[], None] | None = None,
+        user: int | None = None,
+        on_started: Callable[[int], None] | None = None,
     ) -> RunResult:
+        """Run ``argv`` to its end or its budget; ``user`` and ``on_started`` as in ``launch``."""
         stdout_path = cwd / f"{log_prefix}stdout.log"
         stderr_path = cwd / f"{log_prefix}stderr.log"
         started = time.monotonic()
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            process = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=preexec_fn,
-            )
+            process = launch(argv, cwd, env, out, err, user, on_started)
             try:
                 timed_out = self._wait(process, started + wall_seconds, on_poll)
             except BaseException:  # Ctrl-C, SIGTERM: the trial goes down with the stop
@@ -161,6 +176,62 @@ class LocalExecutor:
         if on_poll:
             on_poll()
         return False
+
+
+def launch(argv: list[str], cwd: Path, env: dict[str, str], out, err, user: int | None = None,
+          on_started: Callable[[int], None] | None = None) -> subprocess.Popen:
+    """Start ``argv`` in a new session, as ``user`` (its UID and GID, no other groups) when given.
+
+    With ``on_started``, the child waits at ``GATE`` until ``on_started(pid)`` has returned,
+    so what it does (say, move the pid into a cgroup) holds from the command's first
+    instruction; if it raises, the child is killed before running anything.
+    """
+    ids = {"user": user, "group": user, "extra_groups": []} if user is not None else {}
+    popen = dict(cwd=cwd, env=env, stdout=out, stderr=err, start_new_session=True, **ids)
+    if on_started is None:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, **popen)
+    gate, go = os.pipe()
+    try:
+        process = subprocess.Popen([*GATE, *argv], stdin=gate, **popen)
+    except BaseException:
+        os.close(go)
+        raise
+    finally:
+        os.close(gate)
+    with open(go, "wb", buffering=0) as gate_writer:  # closed without "go", the command never runs
+        try:
+            on_started(process.pid)
+        except BaseException:
+            kill_group(process.pid)
+            process.wait()
+            raise
+        try:
+            gate_writer.write(b"go\n")
+        except BrokenPipeError:  # the child was killed at the gate; its exit status says so
+            pass
+    return process
+
+
+def die_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` behind util-linux ``setpriv --pdeathsig KILL``, which sets PR_SET_PDEATHSIG and
+    execs it: it is killed when the controller thread that started it ends. Set there, after
+    Popen's UID drop, since changing UID clears it. Unchanged where no ``setpriv`` knows
+    ``--pdeathsig`` (util-linux 2.33 or later)."""
+    setpriv = setpriv_path()
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else list(argv)
+
+
+@functools.cache
+def setpriv_path() -> str | None:
+    """``setpriv`` if it is installed and knows ``--pdeathsig``; probed once."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    try:
+        done = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return setpriv if done.returncode == 0 else None
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

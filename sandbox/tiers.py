@@ -15,6 +15,10 @@ Tier D, ``none`` (no namespaces available) only: a scrubbed environment, a new s
 a parent-death signal, a UID drop when root and the interpreter is readable by
 others, and the frozen-file hash check after every run (restore and flag). The network,
 host unix sockets and files readable by the controller's user stay open to the trial.
+The parent-death signal comes from util-linux ``setpriv --pdeathsig KILL``; where that is
+missing (util-linux older than 2.33) a controller killed by SIGKILL leaves its cold trials
+running (one that stops normally still kills them; a warm worker and its forks set the
+signal themselves once started).
 
 Integrity of the frozen files (hashing, restoring) is the caller's policy, not this
 layer's: under bubblewrap they are read-only mounts, in the fallback tier the caller
@@ -26,6 +30,12 @@ kill, and a sweep for escaped children. Neither tier limits disk space or hides 
 model. GPUs are passed through only when the session has some (``gpus``), one GPU per
 running trial: its device node (tier A) and ``CUDA_VISIBLE_DEVICES`` (both tiers; empty
 when the trial has none, so CUDA sees nothing).
+
+A cold run is launched with no Python in the child between fork and exec (the controller
+has threads): Popen starts the new session and, in tier D, drops the UID; the child waits
+at the executor's shell gate while the controller writes its PID into the trial's
+cgroup (each v1 controller's ``cgroup.procs``, or the v2 group's), so bwrap, or in tier D
+``setpriv`` and the trial, start inside it (see ``sandbox/executor.py``).
 """
 
 from __future__ import annotations
@@ -46,13 +56,12 @@ from typing import Callable
 from sandbox.cgroups import Limits, TrialCgroup
 from sandbox.cgroups import detect as detect_cgroups
 from sandbox.errors import SandboxError
-from sandbox.executor import LocalExecutor, RunResult, scrubbed_env
+from sandbox.executor import LocalExecutor, RunResult, die_with_parent, scrubbed_env
 from sandbox.gpus import GpuPool
 from sandbox.warm import HOST_PROC, WarmWorker, WorkerLost, WorkerPlan, interpreter_paths
 
 SANDBOX_KINDS = ("auto", "bwrap", "none")
 NOBODY = 65534
-PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 DEFAULT_LIMITS = Limits(memory_bytes=8 * 2**30, pids=512)
 MAX_WORKER_LOSSES = 2
@@ -102,6 +111,11 @@ class Sandbox:
         if self.cgroups is None:
             _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a trial become ours, so the sweep finds them
 
+    @property
+    def trial_uid(self) -> int | None:
+        """The UID runs get on the host: nobody where tier D drops root's, else ours (None)."""
+        return NOBODY if self.drop_uid and self.tier == "none" else None
+
     # -- what it guarantees -------------------------------------------------------------------
 
     def guarantees(self) -> dict[str, bool]:
@@ -127,7 +141,8 @@ class Sandbox:
 
     def command(self, argv: list[str], cwd: Path, env: dict[str, str], mounts: Mounts,
                 gpu: str | None = None) -> list[str]:
-        return argv
+        """``argv`` as this tier runs it: as it is, but killed when the controller dies."""
+        return die_with_parent(argv)
 
     def trial_env(self, env: dict[str, str], gpu: str | None) -> dict[str, str]:
         """The trial's environment with only its own GPU visible to CUDA (none: empty), and
@@ -142,7 +157,7 @@ class Sandbox:
         it imports in the background while the caller goes on."""
         for root in plan.hidden_roots:
             root.mkdir(parents=True, exist_ok=True)
-        drop = self.drop_uid and self.tier == "none"
+        drop = self.trial_uid is not None
         home = Path("/tmp/autorl-home") if self.tier == "bwrap" else plan.home / "home"
         if drop:
             home.mkdir(parents=True, exist_ok=True)
@@ -160,7 +175,7 @@ class Sandbox:
             self.worker = None
 
     def worker_command(self, argv: list[str], env: dict[str, str], plan: WorkerPlan) -> list[str]:
-        return argv
+        return die_with_parent(argv)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -174,7 +189,7 @@ class Sandbox:
         is retried once cold, its result saying so.
         """
         cgroup = TrialCgroup.create(f"trial-{uuid.uuid4().hex[:12]}", self.limits) if self.cgroups else None
-        if self.drop_uid and self.tier == "none":
+        if self.trial_uid is not None:
             for path in mounts.writable:
                 os.chown(path, NOBODY, NOBODY)
         with self.running_lock:
@@ -222,7 +237,7 @@ class Sandbox:
                 if on_retry:
                     on_retry()
         result = self.executor.run(self.command(argv, cwd, env, mounts, gpu), cwd, wall_seconds, env,
-                                   log_prefix, on_poll, preexec_fn=self._preexec(cgroup))
+                                   log_prefix, on_poll, user=self.trial_uid, on_started=cgroup.add if cgroup else None)
         if lost:
             result.worker, result.notes = "cold (retry)", [lost]
         return result
@@ -237,20 +252,6 @@ class Sandbox:
             return (f"warm worker lost ({why}); retried cold, and runs start cold from now on "
                     f"({self.worker_losses} losses in a row)")
         return f"warm worker lost ({why}); retried cold"
-
-    def _preexec(self, cgroup: TrialCgroup | None) -> Callable[[], None]:
-        drop = self.drop_uid and self.tier == "none"
-
-        def in_child() -> None:  # runs in the forked child, before exec
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if cgroup is not None:
-                cgroup.join()
-            if drop:
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-
-        return in_child
 
 
 class BwrapSandbox(Sandbox):

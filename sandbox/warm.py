@@ -81,7 +81,7 @@ class WarmWorker:
     def __init__(self, plan: WorkerPlan, command: Callable[[list[str], dict[str, str]], list[str]],
                  env: dict[str, str], isolate: bool, drop_uid: bool):
         self.plan = plan
-        self.command = command  # wraps the worker's argv in the tier (bwrap or nothing)
+        self.command = command  # wraps the worker's argv in the tier (bwrap, or setpriv's parent-death signal)
         self.env = env
         self.isolate = isolate
         self.drop_uid = drop_uid
@@ -98,7 +98,8 @@ class WarmWorker:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Launch the worker; it imports in the background until ``wait_ready``."""
+        """Launch the worker; it imports in the background until ``wait_ready``. Nothing runs in
+        the child before exec: the tier's command carries the parent-death signal."""
         self.stop()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -111,7 +112,7 @@ class WarmWorker:
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(argv, env=self.env, cwd=self.plan.home, stdin=subprocess.DEVNULL,
                                             stdout=log, stderr=log, pass_fds=(theirs.fileno(),),
-                                            start_new_session=True, preexec_fn=_die_with_parent)
+                                            start_new_session=True)
         theirs.close()
         self.control, self.ready_report, self.host_pid = ours, None, None
         self.stamp = fingerprint(self.plan.watch)
@@ -303,12 +304,6 @@ def _wait_gone(pid: int, seconds: float) -> None:
         if state in ("Z", "X"):
             return
         time.sleep(0.01)
-
-
-def _die_with_parent() -> None:
-    from sandbox import namespaces
-
-    namespaces.prctl(namespaces.PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:

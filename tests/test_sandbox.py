@@ -7,6 +7,10 @@ files readable by this user) it must say it does not guarantee. A warm start mus
 guarantee all a cold one does, and leave the worker untouched by the runs it serves.
 """
 
+import ast
+import contextlib
+import json
+import logging
 import os
 import socket
 import subprocess
@@ -14,10 +18,11 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from conftest import wait_until
+from conftest import REPO, wait_until
 
 from autorl.stages.frozen import FrozenGuard, run_guarded
 from sandbox import (
@@ -32,6 +37,8 @@ from sandbox import (
     scrubbed_env,
     select_gpus,
 )
+from sandbox.cgroups import V1_CONTROLLERS, _v2_root
+from sandbox.executor import LocalExecutor, setpriv_path
 from sandbox.warm import WorkerPlan
 
 BWRAP, WHY_NOT = bwrap_works()
@@ -265,6 +272,286 @@ def test_running_past_the_wall_budget(tier, layout):
     """, wall=2)
     assert result.timed_out and result.wall_seconds < 15
     assert "timed out after 2s" in result.failure_reason(2)
+
+
+# -- launching: no Python in the child between fork and exec ------------------------------------
+
+COLD_TIERS = [t for t in TIERS if t.values[0].endswith("-cold")]
+ROOT = os.geteuid() == 0
+
+
+def trial_cgroups(pid: int, version: str) -> set[str]:
+    """The cgroup paths of ``pid`` (as the host sees them) in the hierarchies the sandbox limits."""
+    paths = set()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        number, controllers, path = line.split(":", 2)
+        limited = set(controllers.split(",")) & set(V1_CONTROLLERS)
+        if (version == "v2" and number == "0") or (version == "v1" and limited):
+            paths.add(path)
+    return paths
+
+
+def processes_with(token: str) -> dict[int, list[str]]:
+    """Every process whose command line contains ``token``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if entry.name.isdigit() and any(token in arg for arg in argv):
+            found[int(entry.name)] = argv
+    return found
+
+
+def status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{name}:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
+@needs_cgroups
+@pytest.mark.parametrize("tier", COLD_TIERS)
+def test_a_cold_trial_starts_inside_its_cgroup_as_nobody_with_a_parent_death_signal(tier, tmp_path):
+    """Every process of the trial, from bwrap (or, in tier D, the trial) on, is in the trial's
+    cgroup in each limited hierarchy; tier D runs it as nobody with no extra groups and a
+    parent-death signal. A shell script, so tier D may drop the UID whatever the interpreter."""
+    sandbox = make_sandbox(tier)
+    sandbox.drop_uid = ROOT  # as when the interpreter is readable by others
+    run_dir, token = tmp_path / "run", f"{MARKER}-{uuid.uuid4().hex}"
+    run_dir.mkdir()
+    script = ('touch started; echo "ids $(id -u) $(id -g)"; i=0\n'
+              'while [ ! -e release ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done\n'
+              'exec setpriv --dump')
+    seen: dict[int, tuple] = {}
+
+    def look() -> None:  # from the controller while the trial holds
+        if (run_dir / "started").exists() and not (run_dir / "release").exists():
+            for pid, argv in processes_with(token).items():
+                with contextlib.suppress(OSError):
+                    seen[pid] = (argv, trial_cgroups(pid, sandbox.cgroups), status_field(pid, "Uid").split(),
+                                 status_field(pid, "Groups"))
+            (run_dir / "release").touch()
+
+    result = sandbox.run(["/bin/sh", "-c", script, "trial", token], run_dir, 60, scrubbed_env(run_dir),
+                         Mounts(writable=[run_dir]), on_poll=look)
+    out = result.stdout_path.read_text()
+    assert result.ok, result.stderr_path.read_text()
+    assert len(seen) >= (3 if tier.startswith("bwrap") else 1)  # bwrap, its PID 1, the shell
+    groups = {path for _, cgroups, _, _ in seen.values() for path in cgroups}
+    assert len(groups) == 1 and groups.pop().startswith("/autorl/trial-"), seen
+    if tier.startswith("none"):
+        uid = "65534" if ROOT else str(os.getuid())
+        assert all(set(uids) == {uid} for _, _, uids, _ in seen.values()), seen
+        assert f"ids {uid} {uid if ROOT else os.getgid()}" in out
+        if ROOT:
+            assert all(extra == "" for _, _, _, extra in seen.values()) and "Supplementary groups: [none]" in out
+        if setpriv_path():
+            assert "Parent death signal: KILL" in out
+
+
+def test_a_run_starts_only_after_the_controller_let_it_through_the_gate(tmp_path):
+    """``on_started`` (the cgroup join) happens before any of the command runs; if it fails,
+    the command never runs at all."""
+    ran, before = tmp_path / "ran", []
+
+    def on_started(pid: int) -> None:
+        time.sleep(0.3)
+        before.append(ran.exists())
+
+    argv = ["/bin/sh", "-c", "touch ran"]
+    result = LocalExecutor().run(argv, tmp_path, 10, scrubbed_env(tmp_path), on_started=on_started)
+    assert result.ok and before == [False] and ran.exists()
+    ran.unlink()
+
+    def refuse(pid: int) -> None:
+        raise OSError("cgroup.procs: refused")
+
+    with pytest.raises(OSError, match="refused"):
+        LocalExecutor().run(argv, tmp_path, 10, scrubbed_env(tmp_path), on_started=refuse)
+    time.sleep(0.3)
+    assert not ran.exists()
+
+
+def test_the_sandbox_package_passes_no_preexec_fn():
+    """The static half of the check below: no ``preexec_fn`` anywhere in ``sandbox/``."""
+    for path in sorted((REPO / "sandbox").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            # a keyword or parameter (arg), a name (id), an attribute (attr), a string (**{"preexec_fn": ...})
+            names = {getattr(node, field, None) for field in ("arg", "id", "attr", "value")}
+            assert "preexec_fn" not in names, f"{path.name}:{node.lineno} uses preexec_fn"
+
+
+_CHILD_HOOK = {"fd": None, "registered": False}
+
+
+def _after_fork_in_child() -> None:
+    if _CHILD_HOOK["fd"] is not None:
+        os.write(_CHILD_HOOK["fd"], b"x")
+
+
+@contextlib.contextmanager
+def python_in_forked_children():
+    """Counts the forked children of this process that ran Python before exec: CPython runs
+    ``os.register_at_fork(after_in_child=...)`` hooks in a subprocess child only when it was
+    given a ``preexec_fn`` (and in any ``os.fork`` child)."""
+    if not _CHILD_HOOK["registered"]:
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _CHILD_HOOK["registered"] = True
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    _CHILD_HOOK["fd"] = write
+    counted = [0]
+
+    def count() -> int:
+        with contextlib.suppress(BlockingIOError):
+            counted[0] += len(os.read(read, 1 << 16))
+        return counted[0]
+
+    try:
+        yield count
+    finally:
+        _CHILD_HOOK["fd"] = None
+        os.close(write)
+        os.close(read)
+
+
+@contextlib.contextmanager
+def busy_threads(count: int):
+    """Threads that keep allocating, logging and taking locks, as a controller's do."""
+    stop, log = threading.Event(), logging.getLogger("autorl.test.busy")
+    log.addHandler(logging.NullHandler())
+    log.propagate = False
+
+    def churn() -> None:
+        while not stop.is_set():
+            json.loads(json.dumps([{"n": i, "s": "x" * 64} for i in range(200)]))
+            log.warning("busy")
+            with logging._lock:  # the lock a child forked mid-log would inherit held
+                pass
+
+    threads = [threading.Thread(target=churn, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_no_python_runs_in_a_child_between_fork_and_exec_while_the_controller_has_busy_threads(layout):
+    """Cold runs of every tier started from several threads at once (``--parallel``) while
+    other threads churn, and a warm worker's start: every one runs, and none of their
+    children ran Python between fork and exec (``preexec_fn`` there can deadlock)."""
+    cold = [make_sandbox(tier) for tier in ("bwrap-cold", "none-cold") if BWRAP or tier == "none-cold"]
+    for sandbox in cold:
+        sandbox.drop_uid = ROOT  # tier D exercises the UID drop too (the trial is a shell script)
+    failures: list[str] = []
+
+    def launch(thread: int) -> None:
+        for index in range(5):
+            sandbox = cold[(thread + index) % len(cold)]
+            run_dir = layout["run"] / f"t{thread}-{index}"
+            run_dir.mkdir()
+            result = sandbox.run(["/bin/sh", "-c", "echo ran"], run_dir, 30, scrubbed_env(run_dir),
+                                 Mounts(writable=[run_dir]))
+            if not (result.ok and result.stdout_path.read_text() == "ran\n"):
+                failures.append(f"{sandbox.tier} {run_dir.name}: {result.failure_reason(30)}")
+
+    with busy_threads(4), python_in_forked_children() as python_ran:
+        subprocess.run(["true"], preexec_fn=lambda: None, check=True)  # the detector sees this one
+        assert python_ran() == 1
+        launchers = [threading.Thread(target=launch, args=(thread,)) for thread in range(4)]
+        for thread in launchers:
+            thread.start()
+        for thread in launchers:
+            thread.join(120)
+        warm = make_sandbox(f"{cold[0].tier}-warm", layout=layout)
+        served, out, _ = run_hostile(warm, layout, "print('warm ran')")
+        assert python_ran() == 1, "a launch ran Python in the forked child (preexec_fn or os.fork)"
+    assert not any(thread.is_alive() for thread in launchers), "a launch hung"
+    assert failures == [] and served.ok and "warm ran" in out
+
+
+def named(name: str) -> list[int]:
+    """The processes called ``name`` (``/proc/<pid>/comm``): a warm run keeps its worker's command line."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if (entry / "comm").read_text().strip() == name:
+                found.append(int(entry.name))
+    return found
+
+
+def cgroup_dirs(pid: int) -> list[Path]:
+    """The folders of the cgroups ``pid`` is in, in the hierarchies the sandbox limits."""
+    version = Sandbox(Limits()).cgroups
+    if version is None:
+        return []
+    if version == "v2":
+        return [_v2_root() / path.lstrip("/") for path in trial_cgroups(pid, "v2")]
+    dirs = []
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in set(controllers.split(",")) & set(V1_CONTROLLERS):
+            dirs.append(Path("/sys/fs/cgroup", controller, path.lstrip("/")))
+    return dirs
+
+
+def remove_left_cgroups(groups: list[Path]) -> None:
+    for group in groups:
+        with contextlib.suppress(OSError, AssertionError):
+            wait_until(lambda group=group: not (group / "cgroup.procs").read_text().strip(), "empty", timeout=10)
+            group.rmdir()
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_a_trial_dies_with_a_controller_killed_by_sigkill(tier, layout):
+    """Nothing cleans up after a SIGKILLed controller: the parent-death signal (bwrap's
+    --die-with-parent, setpriv's in tier D, the warm worker's own) must end its trials."""
+    if tier == "none-cold" and setpriv_path() is None:
+        pytest.skip("no setpriv --pdeathsig here: tier D says it cannot promise this")
+    name = f"slp{uuid.uuid4().hex[:12]}"  # the trial's process name, found from the host
+    trial = layout["workspace"] / "sleeper.py"
+    trial.write_text(textwrap.dedent(f"""
+        import ctypes, time
+        ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)  # PR_SET_NAME
+        open("started", "w").close()
+        time.sleep(600)
+    """))
+    controller = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        from pathlib import Path
+        from sandbox import BwrapSandbox, Limits, Mounts, Sandbox, scrubbed_env
+        from sandbox.warm import WorkerPlan
+        kind, worker = {tier!r}.split("-")
+        sandbox = (BwrapSandbox if kind == "bwrap" else Sandbox)(Limits(memory_bytes=2**29, pids=64))
+        run, workspace = Path({str(layout["run"])!r}), Path({str(layout["workspace"])!r})
+        if worker == "warm":
+            plan = WorkerPlan(hidden_roots=[run], visible=[workspace], home=Path({str(layout["root"] / "worker")!r}))
+            sandbox.start_worker(plan).wait_ready()
+        sandbox.run([sys.executable, {str(trial)!r}], run, 600, scrubbed_env(run),
+                    Mounts(read_only=[workspace], writable=[run]))
+    """)
+    process = subprocess.Popen([sys.executable, "-c", controller], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    groups = []
+    try:
+        wait_until(lambda: (layout["run"] / "started").exists() and named(name), "the trial starts", timeout=60,
+                   process=process)
+        groups = [group for group in cgroup_dirs(named(name)[0]) if group.name.startswith("trial-")]
+        assert len(groups) == len(cgroup_dirs(named(name)[0])), "the trial is outside its cgroup"
+        process.kill()
+        wait_until(lambda: not named(name), "the trial dies with its controller", timeout=10)
+    finally:
+        process.kill()
+        process.communicate()
+        for pid in named(name):  # only when the test failed
+            os.kill(pid, 9)
+        remove_left_cgroups(groups)  # the killed controller could not
 
 
 def test_bwrap_command_line_for_a_trial_gpu_and_nested_read_only_checkpoint(tmp_path):
