@@ -5,11 +5,14 @@ Library errors (AutorlError) become one red line and exit code 1 here, and only 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import shutil
 import signal
 import sys
+import tempfile
+import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from autorl.config import FLAGS, SessionConfig, choices
-from autorl.errors import USER_ERRORS
+from autorl.errors import USER_ERRORS, SessionError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Autonomous research agent for RL post-training.")
@@ -207,15 +210,32 @@ def check_approve(mode: str, stored: bool = False, wait: bool = False) -> None:
 
 
 def drive_tui(controller, runs: Path, tracker) -> None:
-    """Run a controller inside the TUI, where proposals wait for a person's decision."""
+    """Run a controller inside the TUI, where proposals wait for a person's decision.
+
+    SIGINT and SIGTERM stop the session as `q` does, however the process was started (a
+    handler of its own, as `stop_on_signals` installs for `drive`): the gate's stop request
+    is set, the controller interrupts the running stage and ends the session stopped, the
+    app leaves, and the exit status is 130. The controller runs in the app's worker thread,
+    so raising KeyboardInterrupt here would only break Textual's loop, not stop it."""
     from autorl.views.tui import make_app
 
-    make_app(controller).run()
+    app = make_app(controller)
+    signalled: list[int] = []
+
+    def stop(signum, frame):
+        signalled.append(signum)
+        app.stop_from_signal()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    app.run()
     name = controller.config.name
     console.print(f"session {name}: {controller.status} ({controller.reason})")
     if controller.status == "stopped":
         console.print(f"continue with:  autorl resume {name} --runs-dir {runs}")
     console.print(f"browse runs:    {browse_hint(tracker.uri)}")
+    if signalled and controller.status == "stopped":
+        raise typer.Exit(130)
 
 
 def drive(controller, runs: Path, tracker) -> None:
@@ -255,6 +275,22 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def unexpected_errors_as_one_line(what: str, folder: Path):
+    """An error no check foresaw, while a stored session is read back: one line saying what
+    failed and where its traceback was written, instead of the traceback."""
+    try:
+        yield
+    except (*USER_ERRORS, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        log = folder / "error.log" if folder.is_dir() else Path(tempfile.mkstemp(prefix="autorl-error-")[1])
+        log.write_text(traceback.format_exc())
+        line = (str(exc).strip().splitlines() or [""])[0]
+        raise SessionError(f"{what}: {type(exc).__name__}: {line}; the record may be damaged "
+                           f"(traceback in {log}); report it with that file") from exc
+
+
 @app.command()
 @cli_errors
 def resume(
@@ -282,8 +318,9 @@ def resume(
     check_approve(mode, stored=approve is None, wait=wait)
     needs_key = stored is not None and stored.strategy in ("llm", "hybrid")
     observer, gate = interface(mode, wait)
-    controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode, parallel=parallel,
-                                api_key=read_api_key(llm_key_file) if needs_key else None)
+    with unexpected_errors_as_one_line(f"cannot resume session {name!r}", runs / "sessions" / name):
+        controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode, parallel=parallel,
+                                    api_key=read_api_key(llm_key_file) if needs_key else None)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")
         return

@@ -3,12 +3,13 @@ and once through the real `autorl` command under a pseudo-terminal."""
 
 import json
 import os
+import signal
 import time
 
 import optuna
 import pexpect
 import pytest
-from conftest import AUTORL, REPO, make_template, run_cli
+from conftest import AUTORL, REPO, ignore_sigint, make_template, run_cli
 from mlflow.tracking import MlflowClient
 
 from autorl.config import make_config
@@ -146,6 +147,68 @@ async def test_quit_stops_the_session_cleanly(fast_template, runs_dir, tracker):
         assert text in svg, text  # none of these is in the key-binding footer
 
 
+def node_labels(app) -> dict[str, str]:
+    """The tree widget's labels, by node id (the root as "base")."""
+    root = app.query_one("#nodes").root
+    labels, todo = {"base": str(root.label)}, list(root.children)
+    while todo:
+        item = todo.pop()
+        labels[str(item.label).split()[0]] = str(item.label)
+        todo.extend(item.children)
+    return labels
+
+
+@pytest.mark.anyio
+async def test_the_app_draws_only_the_snapshots_the_controllers_thread_sent(fast_template, runs_dir, tracker):
+    """The controller's thread owns the tree and goes on changing it: the app draws the copy
+    each event carried, and never reads the live tree (which could grow while it iterated)."""
+    import asyncio
+    import dataclasses
+
+    from search.proposers import Proposal
+    from search.tree import Node, Status, Tree
+
+    controller = session(fast_template, runs_dir, tracker, name="snapshots", stages=1)
+    observer = controller.observer.find(TuiObserver)
+    tree = Tree(base_score=0.25, base_stderr=0.01)
+    first = tree.add(Node(id="n001", parent=None, depth=1, hyperparameters={"learning_rate": 1e-4}, seed=1,
+                          proposer="tpe", status=Status.SUCCEEDED, val_score=0.5, val_stderr=0.02))
+    observer.stage_finished(first, tree)  # heard before the app connects: held until it does
+    observer.proposal_pending(Proposal(parent="n001", hyperparameters={"learning_rate": 2e-4}), first, key="k")
+    first.val_score, first.hyperparameters["learning_rate"] = 0.9, 3e-4  # the controller goes on
+    tree.add(Node(id="n002", parent="n001", depth=2, hyperparameters={}, seed=2, proposer="tpe",
+                  status=Status.RUNNING))
+    controller.tree = None  # anything in the app that reads the controller's tree fails
+    app = make_app(controller, run_controller=False)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None and "n001" in node_labels(app))
+        labels = node_labels(app)
+        assert labels["base"] == "base 0.250" and "0.500 ± 0.020" in labels["n001"] and "n002" not in labels
+        assert app.pending.parent is not first and app.pending.parent.hyperparameters["learning_rate"] == 1e-4
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            app.snapshot.nodes[0].val_score = 1.0
+        await pilot.pause(0.3)
+        assert "0.500" in node_labels(app)["n001"]  # unchanged until the next snapshot
+
+        await asyncio.to_thread(observer.stage_started, tree.nodes["n002"], tree)  # from another thread, as live
+        await until(pilot, lambda: "n002" in node_labels(app))
+        labels = node_labels(app)
+        assert "0.900 ± 0.020" in labels["n001"] and "running" in labels["n002"]
+
+
+@pytest.mark.parametrize("key", ["ctrl+c", "ctrl+q"])
+@pytest.mark.anyio
+async def test_ctrl_c_and_ctrl_q_stop_the_session_as_q_does(key, fast_template, runs_dir, tracker):
+    """Textual's own ctrl+q would leave the app with the controller still running in its thread."""
+    controller = session(fast_template, runs_dir, tracker, name=f"keys-{key[-1]}", stages=2)
+    app = make_app(controller)
+    async with app.run_test() as pilot:
+        await until(pilot, lambda: app.pending is not None)
+        await pilot.press(key)
+        await until(pilot, lambda: app.ended is not None)
+    assert controller.status == "stopped" and controller.gate.stop_requested.is_set()
+
+
 def test_approve_needs_a_terminal():
     done = run_cli("research", "t", "--approve", "edits", "--stages", "1")
     assert done.returncode == 1 and "needs an interactive terminal" in done.stderr
@@ -169,6 +232,46 @@ def test_real_command_under_a_pty_approves_with_a_key_press(fast_template, runs_
     assert data["status"] == "finished" and data["nodes"][0]["status"] == "succeeded"
     tags = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}").get_run(data["nodes"][0]["mlflow_run_id"]).data.tags
     assert tags["autorl.decision"] == "approve"
+
+
+def read_while(child, condition, what: str, timeout: float = 120) -> None:
+    """wait_until for a process under a pty: keep reading its screen, or it blocks writing it."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert child.isalive(), f"the TUI ended before {what}"
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        try:
+            child.read_nonblocking(65536, timeout=0.1)
+        except pexpect.TIMEOUT:
+            pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_the_tui_session_cleanly(sig, tmp_path, runs_dir):
+    """SIGTERM, or SIGINT to a process started with SIGINT ignored (as `nohup ... &` does), stops a
+    session run in the TUI as `q` does, mid-stage, and exits 130 as without the TUI."""
+    template = make_template(tmp_path / "tpl", train_py="held_copy_train.py", evaluate_py="fast_evaluate.py")
+    nodes = runs_dir / "sessions" / "sig" / "nodes"
+    child = pexpect.spawn(AUTORL[0], [*AUTORL[1:], "research", "t", "--template", str(template), "--stages", "2",
+                                      "--approve", "all", "--name", "sig"],
+                          cwd=str(REPO), env={**os.environ, "TERM": "xterm-256color"}, dimensions=(40, 140),
+                          timeout=120, encoding="utf-8", preexec_fn=ignore_sigint)
+    try:
+        child.expect("hyperparameter")
+        child.send("a")
+        read_while(child, (nodes / "n001" / "metrics.jsonl").exists, "n001 starts training")  # held there
+        child.kill(sig)
+        child.expect(pexpect.EOF)
+        child.close()
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, child.before)
+    data = json.loads(run_cli("show", "sig", "--json").stdout)
+    assert data["status"] == "stopped" and [n["status"] for n in data["nodes"]] == ["interrupted"]
+    assert data["nodes"][0]["mlflow_status"] == "KILLED"
+    listed = json.loads(run_cli("ls", "--json").stdout)
+    assert listed[0]["resumable"], listed
 
 
 # -- attaching to a session run by another process (autorl/loop/channel.py) ----------------------------

@@ -3,19 +3,26 @@ edit each proposal before it costs compute.
 
 The controller runs in a worker thread. It is built with a ``TuiObserver`` as its
 observer; the app connects to that observer when it mounts, and from then on the
-controller's hooks arrive as messages on the app's thread. Decisions go back through
-the controller's ``Gate``. One factory, ``make_app``, serves the CLI and the tests.
+controller's hooks arrive as messages on the app's thread. The controller's thread owns
+the tree, so the observer copies what the app shows there, at each event (a
+``TreeSnapshot``, the parent of a proposal, the budget line, the diff), and the app
+renders only from the latest copies it received: it never reads the live tree, which the
+controller goes on changing meanwhile. Decisions go back through the controller's
+``Gate``. One factory, ``make_app``, serves the CLI and the tests.
 
 Keys: ``a`` approve, ``r`` reject with a reason, ``e`` edit the values, ``p``
 pause/resume, ``q`` quit — which stops the session cleanly (the running stage is
-killed and marked interrupted; ``autorl resume`` continues it).
+killed and marked interrupted; ``autorl resume`` continues it). Ctrl-C and Ctrl-Q do
+what ``q`` does, and so do SIGINT and SIGTERM (``cli.drive_tui`` calls
+``SessionApp.stop_from_signal``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
-from typing import Any
+from typing import Any, Callable
 
 from rich.markup import escape
 from rich.syntax import Syntax
@@ -24,6 +31,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, RichLog, Sparkline, Static
 from textual.widgets import Tree as TreeWidget
@@ -40,10 +48,51 @@ from search.tree import Decision, Node, Tree, findings_text
 CURVES = {"reward": "reward", "entropy": "entropy", "length": "completions/mean_length"}
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeRow:
+    """One node as the TUI shows it."""
+
+    id: str
+    parent: str | None
+    status: str
+    val_score: float | None
+    val_stderr: float | None
+    scored: bool
+    proposer: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeSnapshot:
+    """The tree as it stood at one event, copied on the thread that owns it (the
+    controller's, or the follower of an attached session's channel). The app renders only
+    from these: a later change to the live tree shows with the next snapshot, never
+    half-made, and the app never iterates a dict another thread is growing."""
+
+    base_score: float | None = None
+    base_stderr: float | None = None
+    nodes: tuple[NodeRow, ...] = ()
+    best_path: frozenset[str] = frozenset()
+    budget: str = ""
+
+    @classmethod
+    def of(cls, tree: Tree, budget: str = "") -> "TreeSnapshot":
+        """Call on the thread that owns ``tree``."""
+        best = tree.best()
+        return cls(tree.base_score, tree.base_stderr,
+                   tuple(NodeRow(n.id, n.parent, n.status.value, n.val_score, n.val_stderr, n.scored, n.proposer)
+                         for n in tree.nodes.values()),
+                   frozenset(n.id for n in tree.path(best.id)) if best else frozenset(), budget)
+
+
+def copy_node(node: Node | None) -> Node | None:
+    """A node's copy, made on the thread that owns it, for the app to read on its own."""
+    return Node.from_dict(node.to_dict()) if node is not None else None
+
+
 class TreeChanged(Message):
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, snapshot: TreeSnapshot) -> None:
         super().__init__()
-        self.tree = tree
+        self.snapshot = snapshot
 
 
 class StepLogged(Message):
@@ -59,23 +108,20 @@ class Note(Message):
 
 
 class ProposalPending(Message):
+    """A proposal waiting for a decision: copies of it and its parent, with the diff of
+    ``train.py`` and the proposer's name, made where the proposal was made."""
+
     def __init__(self, proposal: Proposal, parent: Node | None, key: str | None = None,
-                 diff: str | None = None, proposer: str = "") -> None:
+                 diff: str = "", proposer: str = "") -> None:
         super().__init__()
         self.proposal, self.parent = proposal, parent
-        self.key, self.diff, self.proposer = key, diff, proposer  # set when it came through the channel
+        self.key, self.diff, self.proposer = key, diff, proposer
 
 
 class PhaseChanged(Message):
-    def __init__(self, node_id: str, phase: str) -> None:
+    def __init__(self, node_id: str, phase: str, budget: str = "") -> None:
         super().__init__()
-        self.node_id, self.phase = node_id, phase
-
-
-class BudgetText(Message):
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
+        self.node_id, self.phase, self.budget = node_id, phase, budget
 
 
 class SessionEnded(Message):
@@ -86,11 +132,29 @@ class SessionEnded(Message):
 
 class TuiObserver(Observer):
     """The controller's hooks, forwarded to the app's thread as messages (held until
-    the app connects, so nothing the controller says before the first frame is lost)."""
+    the app connects, so nothing the controller says before the first frame is lost).
+
+    The hooks run on the controller's thread, which owns the tree: each message carries
+    copies made here (``TreeSnapshot``, the proposal and its parent, the budget line),
+    never the live objects."""
 
     def __init__(self):
         self.app: SessionApp | None = None
         self.held: list[Message] = []
+        self.budget = None  # the controller's Budget, read only in the hooks
+        self.diff: Callable[[Proposal, Node | None], str] = lambda proposal, parent: ""
+        self.proposer_name: Callable[[], str] = lambda: ""
+
+    def watch(self, controller: Controller) -> None:
+        """Where the hooks read the diff and the proposer's name (make_app sets it)."""
+        self.diff = controller.review.diff
+        self.proposer_name = lambda: controller.parts.proposer.name
+
+    def budget_text(self) -> str:
+        return self.budget.describe() if self.budget is not None else ""
+
+    def snapshot(self, tree: Tree) -> TreeChanged:
+        return TreeChanged(TreeSnapshot.of(tree, self.budget_text()))
 
     def connect(self, app: "SessionApp") -> None:
         self.app = app
@@ -105,33 +169,36 @@ class TuiObserver(Observer):
             self.app.call_from_thread(self.app.post_message, message)
 
     def session_started(self, name: str, tree: Tree, budget) -> None:
-        self.post(TreeChanged(tree))
+        self.budget = budget
+        self.post(self.snapshot(tree))
 
     def proposal_pending(self, proposal: Proposal, parent: Node | None, key: str | None = None) -> None:
-        self.post(ProposalPending(proposal, parent, key=key))
+        self.post(ProposalPending(proposal.model_copy(deep=True), copy_node(parent), key=key,
+                                  diff=self.diff(proposal, parent), proposer=self.proposer_name()))
 
     def message(self, text: str) -> None:
         self.post(Note(text))
 
     def stage_started(self, node: Node, tree: Tree) -> None:
-        self.post(TreeChanged(tree))
+        self.post(self.snapshot(tree))
 
     def stage_phase(self, node: Node, phase: str) -> None:
-        self.post(PhaseChanged(node.id, phase))
+        self.post(PhaseChanged(node.id, phase, self.budget_text()))
 
     def step(self, node: Node, record: dict) -> None:
         self.post(StepLogged(node.id, dict(record)))
 
     def stage_finished(self, node: Node, tree: Tree) -> None:
-        self.post(TreeChanged(tree))
+        self.post(self.snapshot(tree))
 
     def session_finished(self, tree: Tree, status: str, reason: str) -> None:
-        self.post(TreeChanged(tree))
+        self.post(self.snapshot(tree))
         self.post(SessionEnded(status, reason))
 
 
 class LocalLink:
-    """The session runs in this process: the TUI drives its controller."""
+    """The session runs in this process: the TUI drives its controller (through its gate;
+    what it shows comes from the observer's copies, never from the controller's tree)."""
 
     attached = False
 
@@ -139,18 +206,10 @@ class LocalLink:
         self.controller = controller
         config = controller.config
         self.name, self.strategy, self.mode = config.name, config.strategy, controller.gate.mode
+        self.stopping = False  # a stop was asked for from this process (q, Ctrl-C, a signal)
 
-    def tree(self) -> Tree:
-        return self.controller.tree
-
-    def budget_text(self) -> str:
-        return self.controller.budget.describe()
-
-    def diff(self, message: ProposalPending) -> str:
-        return self.controller.review.diff(message.proposal, message.parent)
-
-    def proposer(self, message: ProposalPending) -> str:
-        return self.controller.parts.proposer.name
+    def first_snapshot(self) -> TreeSnapshot:
+        return TreeSnapshot()  # the controller's first hook sends the real one
 
     def check(self, values: dict[str, Any]) -> dict[str, Any]:
         return self.controller.template.space.check(values)
@@ -170,9 +229,17 @@ class LocalLink:
 
     def stop(self, pending: ProposalPending | None) -> None:
         """The controller sees the request at its next check, a pending proposal included."""
+        self.stopping = True  # first: a signal handler that interrupts what follows leaves the event to it
         gate = self.controller.gate
         gate.stop_requested.set()
         gate.resume()
+
+    def stop_at_once(self) -> None:
+        """The stop request alone, from a signal handler on the app's thread: unless ``stop``
+        has begun there (it may hold the event's lock right now, and would deadlock us)."""
+        if not self.stopping:
+            self.stopping = True
+            self.controller.gate.stop_requested.set()
 
 
 class AttachedLink:
@@ -185,19 +252,10 @@ class AttachedLink:
         info = channel.session_info()
         self.name, self.strategy, self.mode = info.get("name", "?"), info.get("strategy", "?"), info.get("approve", "?")
         self.space = SearchSpace([Param(**p) for p in info.get("space", [])])
-        self.budget = ""
+        self.budget = ""  # written by the follower thread only
 
-    def tree(self) -> Tree:
-        return self.channel.tree()
-
-    def budget_text(self) -> str:
-        return self.budget
-
-    def diff(self, message: ProposalPending) -> str:
-        return message.diff or ""
-
-    def proposer(self, message: ProposalPending) -> str:
-        return message.proposer
+    def first_snapshot(self) -> TreeSnapshot:
+        return TreeSnapshot.of(self.channel.tree())  # a tree of its own, read from the file
 
     def check(self, values: dict[str, Any]) -> dict[str, Any]:
         return self.space.check(values)
@@ -217,6 +275,9 @@ class AttachedLink:
     def stop(self, pending: ProposalPending | None) -> None:
         """Leaving an attached TUI leaves the session running."""
 
+    def stop_at_once(self) -> None:
+        """Nothing to stop here (see ``stop``)."""
+
     def pending_message(self, key: str | None = None) -> ProposalPending | None:
         """The proposal waiting now (``key``: only if it is that one), unless it was decided."""
         pending = self.channel.pending()
@@ -224,18 +285,21 @@ class AttachedLink:
                 or self.channel.acted_on(pending["key"]):
             return None
         parent = Node.from_dict(pending["parent"]) if pending.get("parent") else None
-        return ProposalPending(Proposal(**pending["proposal"]), parent, key=pending["key"], diff=pending.get("diff"),
-                               proposer=pending.get("proposer", ""))
+        return ProposalPending(Proposal(**pending["proposal"]), parent, key=pending["key"],
+                               diff=pending.get("diff") or "", proposer=pending.get("proposer", ""))
+
+    def snapshot(self) -> TreeChanged:
+        return TreeChanged(TreeSnapshot.of(self.channel.tree(), self.budget))
 
     def messages(self, event: dict) -> list[Message]:
-        """What one channel event means to the app."""
+        """What one channel event means to the app (on the follower's thread)."""
         if "budget" in event:
             self.budget = event["budget"]
         kind = event.get("kind")
         if kind in ("tree", "session_started"):
-            return [TreeChanged(self.tree()), BudgetText(self.budget)]
+            return [self.snapshot()]
         if kind == "phase":
-            return [PhaseChanged(event["node"], event["phase"])]
+            return [PhaseChanged(event["node"], event["phase"], self.budget)]
         if kind == "step":
             return [StepLogged(event["node"], event.get("record", {}))]
         if kind == "note":
@@ -243,7 +307,7 @@ class AttachedLink:
         if kind == "proposal_pending":
             return [m for m in [self.pending_message(event.get("key"))] if m]
         if kind == "session_finished":
-            return [TreeChanged(self.tree()), SessionEnded(event.get("status", "?"), event.get("reason", ""))]
+            return [self.snapshot(), SessionEnded(event.get("status", "?"), event.get("reason", ""))]
         return []
 
 
@@ -300,6 +364,10 @@ class SessionApp(App):
         Binding("p", "pause", "pause/resume"),
         Binding("q", "quit_session", "quit (stops cleanly)"),
         Binding("escape", "cancel_input", "cancel", show=False),
+        # Textual's own ctrl+q would leave the app with the controller still running in its
+        # worker thread (and the process waiting for it); both keys stop cleanly instead
+        Binding("ctrl+q", "quit_session", show=False, priority=True),
+        Binding("ctrl+c", "quit_session", show=False, priority=True),
     ]
 
     def __init__(self, link: LocalLink | AttachedLink, observer: TuiObserver | None = None,
@@ -313,6 +381,8 @@ class SessionApp(App):
         self.curves: dict[str, list[float]] = {name: [] for name in CURVES}
         self.ended: SessionEnded | None = None
         self.leaving = False
+        self.snapshot = TreeSnapshot()  # the latest the app was sent: all it shows of the tree
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.title = f"autorl · {link.name}" + (" (attached)" if link.attached else "")
         self.sub_title = f"{link.strategy} · approve {link.mode}"
 
@@ -339,7 +409,8 @@ class SessionApp(App):
         for widget in (self.query_one("#nodes"), self.query_one("#log"), self.query_one("#input")):
             widget.can_focus = False  # keys go to the app's bindings unless the input is open
         self.set_focus(None)
-        self.show_tree(self.link.tree())
+        self.loop = asyncio.get_running_loop()
+        self.show_tree(self.link.first_snapshot())
         if self.link.attached:
             self.follow_channel()
             return
@@ -370,15 +441,12 @@ class SessionApp(App):
     # -- reacting to the session ---------------------------------------------------------------
 
     def on_tree_changed(self, message: TreeChanged) -> None:
-        self.show_tree(message.tree)
+        self.show_tree(message.snapshot)
         self.drop_if_decided_elsewhere()
-        self.query_one("#budget", Static).update(self.link.budget_text())
-
-    def on_budget_text(self, message: BudgetText) -> None:
-        self.query_one("#budget", Static).update(message.text)
+        self.query_one("#budget", Static).update(message.snapshot.budget)
 
     def on_phase_changed(self, message: PhaseChanged) -> None:
-        self.query_one("#budget", Static).update(f"{self.link.budget_text()}  |  {message.node_id} {message.phase}")
+        self.query_one("#budget", Static).update(f"{message.budget}  |  {message.node_id} {message.phase}")
 
     def on_step_logged(self, message: StepLogged) -> None:
         for name, key in CURVES.items():
@@ -393,7 +461,7 @@ class SessionApp(App):
 
     def on_proposal_pending(self, message: ProposalPending) -> None:
         self.pending = message
-        view = proposal_view(message.proposal, message.parent, self.link.diff(message), self.link.proposer(message))
+        view = proposal_view(message.proposal, message.parent, message.diff, message.proposer)
         self.query_one("#proposal", Static).update(_group(view))
         self.bell()
 
@@ -410,17 +478,18 @@ class SessionApp(App):
         if not self.link.attached and self.controller.gate.stop_requested.is_set():
             self.exit()
 
-    def show_tree(self, tree: Tree) -> None:
+    def show_tree(self, snapshot: TreeSnapshot) -> None:
+        """Draw the tree from a snapshot (never from the live tree: see TreeSnapshot)."""
+        self.snapshot = snapshot
         widget = self.query_one("#nodes", TreeWidget)
         widget.clear()
-        base = f"{tree.base_score:.3f}" if tree.base_score is not None else "…"
+        base = f"{snapshot.base_score:.3f}" if snapshot.base_score is not None else "…"
         widget.root.set_label(f"base {base}")
-        best = tree.best()
-        best_path = {n.id for n in tree.path(best.id)} if best else set()
         branches = {None: widget.root}
-        for node in tree.nodes.values():
-            score = f"{node.val_score:.3f} ± {node.val_stderr:.3f}" if node.scored else node.status.value
-            style = "bold green" if node.id in best_path else ""
+        for node in snapshot.nodes:
+            stderr = f"{node.val_stderr:.3f}" if node.val_stderr is not None else "?"
+            score = f"{node.val_score:.3f} ± {stderr}" if node.scored else node.status
+            style = "bold green" if node.id in snapshot.best_path else ""
             label = f"[{style}]{node.id}[/] {score} [dim]{node.proposer}[/]" if style else \
                 f"{node.id} {score} [dim]{node.proposer}[/]"
             branches[node.id] = branches.get(node.parent, widget.root).add(label, expand=True)
@@ -491,7 +560,27 @@ class SessionApp(App):
             self.exit()
             return
         self.link.stop(self.pending)
-        self.query_one("#log", RichLog).write("stopping: the running stage is killed and marked interrupted")
+        try:
+            self.query_one("#log", RichLog).write("stopping: the running stage is killed and marked interrupted")
+        except NoMatches:  # a signal came while the app was closing
+            pass
+
+    def stop_from_signal(self) -> None:
+        """SIGINT or SIGTERM (``cli.drive_tui`` installs the handler that calls this): stop the
+        session as ``q`` does; the app leaves once the controller has recorded the stop.
+
+        Safe inside a signal handler, which Python runs on the app's thread wherever it was:
+        the gate's stop request is set at once (the controller checks it, even while the
+        app's loop is busy), and the rest (``q``'s work, or leaving a session that already
+        ended) is handed to the app's loop rather than done here. Nothing is raised inside
+        Textual's loop."""
+        self.link.stop_at_once()
+        loop = self.loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self.action_quit_session)
+            except RuntimeError:  # the loop has closed: the app has ended
+                pass
 
 
 def _short(value) -> str:
@@ -512,6 +601,7 @@ def make_app(controller: Controller, run_controller: bool = True) -> SessionApp:
         observer = observer.find(TuiObserver)
     if not isinstance(observer, TuiObserver):
         raise TypeError("build the controller with observer=TuiObserver() to drive it from the TUI")
+    observer.watch(controller)
     return SessionApp(LocalLink(controller), observer, run_controller)
 
 
