@@ -64,3 +64,30 @@ def test_the_answer_length_a_brief_and_space_state_is_true(name):
                   for p in task.problems("train", 2000))
     stated = re.findall(r"needs (\d+)", template.program + template.space.params["max_completion_length"].help)
     assert stated and {int(n) for n in stated} == {longest}, (stated, longest)
+
+
+def known_claims(program: str) -> list[str]:
+    """The items of a brief's "What is known" list, each joined onto one line."""
+    claims, inside = [], False
+    for line in program.splitlines():
+        if line.startswith("What is known"):
+            inside = True
+        elif inside and line.startswith("- "):
+            claims.append(line[2:])
+        elif inside and line.startswith("  ") and claims:
+            claims[-1] += " " + line.strip()
+        elif inside and line.strip():
+            inside = False
+    return claims
+
+
+@pytest.mark.parametrize("name", TEMPLATES)
+def test_every_known_claim_names_the_results_file_it_comes_from(name):
+    """The LLM takes "what is known" as fact: each claim must cite a measurement that exists."""
+    template = templates.load(name, require_model=False)
+    repo = template.path.parent.parent
+    for claim in known_claims(template.program):
+        cited = re.findall(r"benchmarks/results/[\w.-]+\.(?:md|json)", claim)
+        assert cited, f"{name}/program.md states a claim without its results file: {claim!r}"
+        missing = [path for path in cited if not (repo / path).is_file()]
+        assert not missing, f"{name}/program.md cites results that do not exist: {missing}"
