@@ -5,8 +5,11 @@ that point (``<point>:<n>``: the n-th time), exactly as an OOM kill or a reboot 
 ``autorl resume`` (or, before a session's run exists, a new ``research`` with the same
 name) must then recover. Points while a session is created: ``session_reserved``,
 ``workspace_made``, ``session_run_created``; then in the order a stage passes them:
-``proposal_accepted``, ``launched``, ``mid_training``, ``trained``,
+``proposal_accepted``, ``node_committed`` (its train.py commit made, no run yet),
+``run_created`` (any MLflow run, the session's first: created, its long tags and params
+not yet written), ``node_recorded``, ``launched``, ``mid_training``, ``trained``,
 ``mid_evaluation`` (the base model's evaluation counts as the first), ``evaluated``.
+Kills at random moments (not only these) are tested too (tests/test_resume_any.py).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import os
 import signal
 from collections import Counter
 
-POINTS = ("session_reserved", "workspace_made", "session_run_created", "proposal_accepted", "launched", "mid_training",
-          "trained", "mid_evaluation", "evaluated")
+POINTS = ("session_reserved", "workspace_made", "session_run_created", "proposal_accepted", "node_committed",
+          "run_created", "node_recorded", "launched", "mid_training", "trained", "mid_evaluation", "evaluated")
 _reached: Counter = Counter()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from autorl.errors import SessionError
 from autorl.loop.approval import Gate
@@ -21,12 +22,12 @@ from autorl.loop.budget import Budget, session_budget
 from autorl.loop.controller import Controller
 from autorl.loop.goals import Goals
 from autorl.loop.observer import Observer
-from autorl.session import CREATING, Stores, assemble, make_sandbox
+from autorl.session import CREATING, Stores, assemble, check_llm, make_sandbox
 from autorl.stages import template as templates
 from autorl.stages.frozen import FrozenGuard
 from autorl.stages.workspace import Workspace
 from autorl.storage.lock import SessionLock
-from autorl.storage.records import node_from_run, stored_config
+from autorl.storage.records import nodes_from_runs, stored_config
 from autorl.storage.tracking import Tracker
 from search.tree import Status, Tree
 
@@ -34,8 +35,8 @@ from search.tree import Status, Tree
 def rebuild_tree(tracker: Tracker, session_run) -> Tree:
     metrics = session_run.data.metrics
     tree = Tree(base_score=metrics.get("base_score"), base_stderr=metrics.get("base_stderr"))
-    for run in tracker.node_runs(session_run.info.run_id):
-        tree.add(node_from_run(run))
+    for node in nodes_from_runs(tracker.node_runs(session_run.info.run_id)):
+        tree.add(node)
     return tree
 
 
@@ -50,6 +51,21 @@ def restore_spending(budget: Budget, tree: Tree, template) -> None:
             budget.reserve(node.id, template.stage_steps(node.hyperparameters))
 
 
+def never_created(name: str, run) -> str | None:
+    """What to do about a session whose creation was killed before its run held its config."""
+    folder = session_folder(run)
+    if folder is not None and (folder / CREATING).exists():
+        return (f"session {name!r} was stopped while it was being created; start it again with "
+                f"`autorl research TOPIC --name {name}`")
+    return None
+
+
+def session_folder(run) -> Path | None:
+    """The session's folder, from the runs directory its params name."""
+    runs_dir = run.data.params.get("runs_dir")
+    return Path(runs_dir) / "sessions" / run.data.tags.get("autorl.session", "") if runs_dir else None
+
+
 def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = None, gate: Gate | None = None,
                    api_key: str | None = None, approve: str | None = None,
                    parallel: int | None = None) -> Controller | None:
@@ -62,7 +78,9 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
     tags = run.data.tags
     config = stored_config(run)
     if config is None:
-        raise SessionError(f"session {name!r} was made by an older autorl and cannot be resumed")
+        raise SessionError(never_created(name, run) or
+                           f"session {name!r} was made by an autorl too old to store its config and cannot be "
+                           "resumed; start a new session")
     changes = {key: value for key, value in (("approve", approve), ("parallel", parallel))
                if value is not None and value != getattr(config, key)}
     if changes:
@@ -78,6 +96,7 @@ def resume_session(name: str, tracker: Tracker, *, observer: Observer | None = N
         lock.release()
         raise SessionError(f"session {name!r} can never finish ({run.data.tags.get('autorl.reason', '')}); "
                            "start a new session")
+    check_llm(config, api_key, observer)  # before anything changes: an LLM that cannot serve it is one error
     template = templates.load(run.data.tags["autorl.template_path"])
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))

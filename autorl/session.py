@@ -36,13 +36,15 @@ from autorl.stages.stage import StageRunner
 from autorl.stages.template import Template
 from autorl.stages.workers import worker_plan
 from autorl.stages.workspace import Workspace
+from autorl.storage import records
 from autorl.storage.lock import SessionLock
 from autorl.storage.tracking import Tracker, remember_store
 from autorl.views.session_report import report_session
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
 from search.context import ContextBuilder, Noise
-from search.llm import LLMClient, LLMSettings, ReplyCache, check_price
+from search.errors import LLMSetupError
+from search.llm import LLMClient, LLMSettings, ReplyCache, check_endpoint, check_price
 from search.policy import BestFirstPolicy
 from search.proposers import (
     FlatTpeProposer,
@@ -97,13 +99,8 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return FlatTpeProposer(space, depth, study, seed)
     if config.strategy == "tree":
         return TpeProposer(space, study, seed=seed, **tpe_options(config))
-    settings = LLMSettings(
-        model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
-        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
-        seed=config.seed, reasoning_effort=config.llm_reasoning_effort,
-    )
-    client = LLMClient(settings, cache=ReplyCache(config.session_dir / "llm_replies.jsonl"), tracer=tracer,
-                       notify=notify)
+    client = LLMClient(llm_settings(config, api_key), cache=ReplyCache(config.session_dir / "llm_replies.jsonl"),
+                       tracer=tracer, notify=notify)
     nodes = config.session_dir / "nodes"
     hybrid = config.strategy == "hybrid"
     context = ContextBuilder(
@@ -116,6 +113,30 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
         budget_text=budget.describe, notify=notify, seed=seed,
     )
+
+
+def llm_settings(config: SessionConfig, api_key: str | None) -> LLMSettings:
+    return LLMSettings(
+        model=config.llm_model, base_url=config.llm_base_url, api_key=api_key, timeout_s=config.llm_timeout_s,
+        max_retries=config.llm_retries, max_tokens=config.max_llm_tokens, max_cost=config.max_llm_cost,
+        seed=config.seed, reasoning_effort=config.llm_reasoning_effort,
+    )
+
+
+def check_llm(config: SessionConfig, api_key: str | None, observer: Observer | None = None) -> None:
+    """An LLM strategy's endpoint must serve the session before it exists (or is resumed): one
+    request of a few tokens (search/llm.py: check_endpoint). What keeps it from serving is one
+    error, and nothing is created; with ``--llm-fallback optuna`` a warning, and Optuna proposes
+    while the endpoint fails, as each proposal finds out."""
+    if config.strategy not in LLM_STRATEGIES:
+        return
+    check_price(config.llm_model, config.max_llm_cost)  # local, and before a request is paid
+    problem = check_endpoint(llm_settings(config, api_key))
+    if problem is None:
+        return
+    if config.llm_fallback != "optuna":
+        raise LLMSetupError(problem)
+    (observer or Observer()).message(f"{problem}: proposing with optuna while it fails (--llm-fallback optuna)")
 
 
 def template_noise(template: Template) -> Noise:
@@ -180,17 +201,22 @@ def check_study_storage(config: SessionConfig) -> None:
 def create_session(config: SessionConfig, template: Template, tracker: Tracker, *, observer: Observer | None = None,
                    gate: Gate | None = None, api_key: str | None = None) -> Controller:
     """A new session, made so that a kill at any point leaves either nothing that counts
-    (a folder marked CREATING, cleared by the next use of the name) or a resumable session."""
+    (a folder marked CREATING, cleared by the next use of the name, with the run it may
+    have got discarded) or a resumable session."""
     check_study_storage(config)  # before the store: a refusal leaves nothing behind
+    check_llm(config, api_key, observer)  # the same: an LLM that cannot serve the session is one error
     if config.executor == "ray":
         reach(config.ray_address)  # the same: an unreachable cluster is one error, and nothing is created
     tracker.ensure_store()
     if config.strategy in LLM_STRATEGIES:
         check_price(config.llm_model, config.max_llm_cost)
-    if tracker.find_session(config.name) is not None:
+    existing = tracker.find_session(config.name)
+    if existing is not None and not (config.session_dir / CREATING).exists():
         raise SessionError(f"session {config.name!r} already exists in {config.runs_dir}; choose another --name")
     sandbox = make_sandbox(config, template)
     lock = reserve_session_dir(config)
+    if existing is not None:  # its creation was killed after its run existed: it never became a session
+        tracker.discard(existing.info.run_id)
     faults.point("session_reserved")
     workspace = Workspace.create(template, config.session_dir / "workspace")
     guard = FrozenGuard.record(workspace.path / "env")
@@ -200,17 +226,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     run_id = tracker.start_session(
         config.name,
         params={**config.model_dump(mode="json"), "template_path": str(template.path)},
-        tags={
-            "autorl.topic": config.topic,
-            "autorl.stages.template": template.name,
-            "autorl.template_path": str(template.path),
-            "autorl.config": config.model_dump_json(),
-            "autorl.strategy": config.strategy,
-            "autorl.seed": str(config.seed),
-            "autorl.sandbox": sandbox.tier,
-            "autorl.stages.workspace": str(workspace.path),
-            "mlflow.source.git.commit": workspace.head,
-        },
+        tags=records.session_tags(config, template.name, str(template.path), sandbox.tier, str(workspace.path),
+                                  workspace.head),
     )
     faults.point("session_run_created")
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")

@@ -8,6 +8,7 @@ starts) the studies live beside other people's, in one place optuna-dashboard op
 
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 import optuna
@@ -23,9 +24,32 @@ def storage_url(runs_dir: Path, url: str | None = None) -> str:
     return url or str(runs_dir / "optuna.journal")
 
 
+class FlockLock:
+    """The journal's write lock as a kernel ``flock``: a writer killed while it holds it
+    releases it by dying. Optuna's own file locks are files that outlive a SIGKILL, and the
+    next process waits out a 30-second grace period before taking them over. (Optuna calls
+    only ``acquire`` and ``release``; its base class is private.)"""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.handle = None
+
+    def acquire(self) -> bool:
+        self.handle = self.path.open("a")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return True
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+
 def open_storage(runs_dir: Path, url: str | None = None):
     if url is None:
-        return JournalStorage(JournalFileBackend(str(runs_dir / "optuna.journal")))
+        journal = runs_dir / "optuna.journal"
+        return JournalStorage(JournalFileBackend(str(journal), lock_obj=FlockLock(runs_dir / ".optuna.journal.flock")))
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
@@ -62,15 +86,26 @@ def fail_trial(study: optuna.Study, number: int | None) -> None:
         study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
 
-def fail_orphan_trials(study: optuna.Study, tree) -> list[int]:
+def fail_orphan_trials(study: optuna.Study, tree, names: set[str] | None = None) -> list[int]:
     """Fail trials left RUNNING by a killed controller that no node of ``tree`` owns, and
-    enqueue their values again so the next ask proposes the same stage."""
+    make the next ask propose the same stage.
+
+    The study stores each sampled value as its own write, so a kill can leave a trial with
+    only some of its values (``names``: the values a whole trial holds). A trial that was
+    enqueued is enqueued again with the values it was given; a sampled one with all its
+    values is enqueued with them; a sampled one cut short among them is only failed: the
+    sampler, reseeded from where the search stands (``reseed``), draws it again whole,
+    where enqueueing the part would mix it with a fresh draw."""
     known = {n.optuna_trial for n in tree.nodes.values() if n.optuna_trial is not None}
     orphans = [t for t in study.trials if t.state == TrialState.RUNNING and t.number not in known
                and "schedule" not in t.user_attrs]
     for trial in orphans:
         study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
-        study.enqueue_trial(trial.params, user_attrs={"requeued_from": trial.number})
+        values = trial.system_attrs.get("fixed_params")
+        if values is None and (names is None or names <= trial.params.keys()):
+            values = trial.params
+        if values is not None:
+            study.enqueue_trial(values, user_attrs={"requeued_from": trial.number})
     return [t.number for t in orphans]
 
 

@@ -21,8 +21,22 @@ def test_a_stage_reserves_what_it_plans_and_is_charged_what_it_trained():
     assert budget.spent_train_steps == 13 and budget.train_steps_left == 47
     budget.charge_stage("n002", 40)
     budget.settle("n002", 40)
-    assert budget.train_steps_left == 7 and "training-step budget spent (53/60" in budget.exhausted()
+    assert budget.train_steps_left == 7 and "training-step budget spent (53 of 60 steps trained;" in budget.exhausted()
     assert budget.describe().startswith("53 of 60 GRPO training steps spent (7 left), 2 stages")
+
+
+def test_what_running_stages_reserved_is_told_apart_from_what_was_trained():
+    """The controller waits for running stages before it stops (autorl/loop/controller.py:
+    stop_reason); the reason then names steps trained, and never counts a reservation as such."""
+    budget = Budget(max_train_steps=60, min_stage_steps=10)
+    budget.charge_stage("n001", 20)
+    budget.settle("n001", 12)
+    budget.charge_stage("n002", 40)
+    assert budget.settled_train_steps == 12 and budget.train_steps_left == 8
+    assert budget.exhausted() == ("training-step budget spent (12 of 60 steps trained, 40 reserved by running "
+                                  "stages; the smallest stage takes 10)")
+    budget.settle("n002", 30)
+    assert budget.exhausted() is None and budget.settled_train_steps == budget.spent_train_steps == 42
 
 
 def test_the_stage_cap_and_the_step_budget_both_hold():

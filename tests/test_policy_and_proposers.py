@@ -171,6 +171,38 @@ def test_tpe_tells_gain_over_parent_and_survives_reopen(tmp_path):
     assert reopened.trials[1].user_attrs == {"parent": "n001", "depth": 2}
 
 
+@pytest.mark.parametrize("cut_after", [0, 1, 3])
+def test_a_trial_a_kill_cut_short_among_its_values_is_proposed_again_whole(tmp_path, cut_after):
+    """The study writes each sampled value on its own: a controller killed between two of
+    those writes leaves a trial with some values only. Resumed, the proposer must propose
+    what the uninterrupted one did, not the cut values mixed with a fresh draw."""
+    space = templates.load("arith").space
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    uninterrupted = TpeProposer(space, hpo.open_study(tmp_path / "a", "s", seed=0), start_with_defaults=False)
+    expected = uninterrupted.propose(tree, None).hyperparameters
+
+    study = hpo.open_study(tmp_path / "b", "s", seed=0)
+    TpeProposer(space, study, start_with_defaults=False)
+    killed = study.ask()  # the values it had written before the kill:
+    for name, param in list(space.params.items())[:cut_after]:
+        killed._suggest(name, param.distribution())
+    resumed = TpeProposer(space, hpo.open_study(tmp_path / "b", "s", seed=0), start_with_defaults=False)
+    resumed.restore(tree, {})
+    assert resumed.propose(tree, None).hyperparameters == expected
+
+
+def test_an_enqueued_trial_a_kill_left_running_is_enqueued_again(tmp_path):
+    space = templates.load("arith").space
+    study = hpo.open_study(tmp_path, "s", seed=0)
+    TpeProposer(space, study)  # enqueues the defaults: the first stage
+    study.ask()  # asked, and killed before any value was written
+    resumed = TpeProposer(space, hpo.open_study(tmp_path, "s", seed=0))
+    resumed.restore(Tree(base_score=0.5), {})
+    assert resumed.propose(Tree(base_score=0.5), None).hyperparameters == space.defaults()
+
+
 # -- one de-duplication for every proposer ----------------------------------------------------
 
 DEDUP_SPACE = templates.load("arith").space
@@ -369,3 +401,22 @@ def test_a_budget_larger_than_the_grid_refines_it_instead_of_repeating_it():
     assert rates == {2e-5, 1e-4, 4e-4}
     assert {p["learning_rate"] for p in finer} == {4.47e-05, 2e-4}  # geometric midpoints
     assert all(p not in first for p in finer) and len({json.dumps(p, sort_keys=True) for p in finer}) == 4
+
+
+def test_the_journal_lock_dies_with_a_killed_writer(tmp_path):
+    """A controller SIGKILLed while it writes to the study must not leave the lock held:
+    Optuna's own lock files outlive the kill and make the resume wait 30 s to take them over."""
+    import fcntl
+    import os
+    import signal
+
+    storage = hpo.open_storage(tmp_path)
+    lock = storage._backend._lock
+    assert isinstance(lock, hpo.FlockLock)
+    pid = os.fork()
+    if pid == 0:  # the writer: takes the lock, then is killed holding it
+        hpo.open_storage(tmp_path)._backend._lock.acquire()
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(pid, 0)
+    with lock.path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held

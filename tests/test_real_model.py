@@ -66,7 +66,7 @@ def test_real_model_wordproblems_session_trains_scores_and_reports(tmp_path, run
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     for node in data["nodes"]:
         assert len(client.get_metric_history(node["mlflow_run_id"], "reward")) == 2
-        assert "autorl.findings" in client.get_run(node["mlflow_run_id"]).data.tags
+        assert "diagnosis" in json.loads(client.get_run(node["mlflow_run_id"]).data.tags["autorl.node"])
     node_dir = runs_dir / "sessions" / "wp" / "nodes" / best["id"]
     items = json.loads((node_dir / "eval_validation.json").read_text())["items"]
     assert len(items) == 8 and {"answer", "completion", "correct"} <= items[0].keys()
@@ -97,7 +97,7 @@ def test_smollm_countdown_session_trains_scores_and_logs(tmp_path, runs_dir):
     assert node["eval_engine"] == "hf"  # recorded with the score, in MLflow too
     client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     assert len(client.get_metric_history(node["mlflow_run_id"], "reward")) == 2
-    assert "autorl.findings" in client.get_run(node["mlflow_run_id"]).data.tags
+    assert "diagnosis" in json.loads(client.get_run(node["mlflow_run_id"]).data.tags["autorl.node"])
     node_dir = runs_dir / "sessions" / "smollm" / "nodes" / "n001"
     evaluation = json.loads((node_dir / "eval_validation.json").read_text())
     assert evaluation["engine"] == "hf" and len(evaluation["items"]) == 16  # no CUDA here: Hugging Face generate

@@ -2,7 +2,9 @@
 
 Compute is the unit a proposer cannot game: a 40-step stage costs twice a 20-step one.
 A stage reserves the steps it plans when it is launched and is charged what it trained
-when it ends (a crash, the steps that ran before it). A proposal larger than what is
+when it ends (a crash, the steps that ran before it). The session stops only on settled
+steps: the controller waits for the stages in flight before it decides, so a session
+killed and resumed (which has no reservations) stops where the uninterrupted one does. A proposal larger than what is
 left is shrunk to fit (its steps parameter set to the largest value the space allows
 within it); the session ends when not even the smallest stage fits. ``--stages`` stays a
 cap on the number of stages and ``--time`` on wall-clock seconds.
@@ -43,6 +45,11 @@ class Budget:
         return None if self.max_seconds is None else max(0.0, self.max_seconds - self.elapsed)
 
     @property
+    def settled_train_steps(self) -> int:
+        """Steps trained by stages that ended (what the running ones reserved left out)."""
+        return self.spent_train_steps - sum(self.reserved.values())
+
+    @property
     def train_steps_left(self) -> int | None:
         return None if self.max_train_steps is None else max(0, self.max_train_steps - self.spent_train_steps)
 
@@ -52,8 +59,10 @@ class Budget:
             return f"stage budget spent ({self.spent_stages}/{self.max_stages})"
         left = self.train_steps_left
         if left is not None and left < self.min_stage_steps:
-            return (f"training-step budget spent ({self.spent_train_steps}/{self.max_train_steps}; "
-                    f"the smallest stage takes {self.min_stage_steps})")
+            return (f"training-step budget spent ({self.settled_train_steps} of {self.max_train_steps} steps trained"
+                    + (f", {self.spent_train_steps - self.settled_train_steps} reserved by running stages"
+                       if self.reserved else "")
+                    + f"; the smallest stage takes {self.min_stage_steps})")
         if self.seconds_left is not None and self.seconds_left <= 0:
             return f"time budget spent ({self.max_seconds:.0f}s)"
         return None

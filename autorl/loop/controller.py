@@ -84,7 +84,7 @@ class Controller:
             if self.tree.base_score is None:
                 self.scoring.base()
             self.reconcile()
-            while (reason := self.budget.exhausted() or self.budget.goals.met(self.tree)) is None:
+            while (reason := self.stop_reason()) is None:
                 if full := self.disk_full():
                     self.finish("stopped", full)
                     return self.tree
@@ -117,6 +117,13 @@ class Controller:
             self.finish("failed", f"internal error: {exc!r}")
             raise
         return self.tree
+
+    def stop_reason(self) -> str | None:
+        """Why no further stage starts, decided on settled steps: a running stage's reservation
+        may be more than it trains, so while one runs the loop waits for it before stopping."""
+        while (reason := self.budget.exhausted() or self.budget.goals.met(self.tree)) and self.slots.running:
+            self.handle_events(until_one_ends=True)
+        return reason
 
     def propose_next(self) -> Node | None:
         """The next stage, proposed, reviewed and charged to the budget, not yet started

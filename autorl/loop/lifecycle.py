@@ -77,8 +77,10 @@ class StageLifecycle:
             optuna_trial=proposal.optuna_trial,
             decision=decision,
         )
+        faults.point("node_committed")
         self.tree.add(node)
         self.open_run(node)
+        faults.point("node_recorded")
         if proposal.transcript:
             self.tracker.log_text(node.mlflow_run_id, records.dumps(proposal.transcript), "llm_transcript.json")
         self.log_usage()
@@ -95,7 +97,7 @@ class StageLifecycle:
     def open_run(self, node: Node) -> None:
         """The node starts running, under a new MLflow run (one per attempt)."""
         node.status, node.reason = Status.RUNNING, ""
-        node.mlflow_run_id = self.tracker.start_node(self.session_run_id, self.config.name, node.id,
+        node.mlflow_run_id = self.tracker.start_node(self.session_run_id, self.config.name, node.id, node.attempt,
                                                      records.node_tags(node), node.hyperparameters,
                                                      run_name=self.run_name(node))
 
@@ -144,6 +146,13 @@ class StageLifecycle:
             self.transition(node, Status.INTERRUPTED, "controller stopped mid-stage; re-run")
         node.attempt += 1
         self.open_run(node)
+
+    def give_up(self, node: Node, reason: str) -> None:
+        """Fail a node that will not be trained again: what it reserved is released (it trained
+        nothing that counts), and its record is written."""
+        self.budget.settle(node.id, 0)
+        self.transition(node, Status.FAILED, reason)
+        self.record(node, StageOutcome(None, reason=reason))
 
     # -- a stage that ended ---------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """What a resumed session finds in flight, and what becomes of each such node.
 
 A node whose Ray job outlived the stop is followed; a node whose stage finished
-training before the stop is scored, not retrained; a node whose stage was cut short is
+training before the stop is scored, not retrained (and charged its steps once, when it
+is recorded); a node whose stage was cut short is
 trained again once, under a new MLflow run, without charging the budget a second time;
 one cut short twice fails.
 """
@@ -39,11 +40,9 @@ def in_flight(tree: Tree, executor: Executor, stages: StageLifecycle, observer: 
             yield Carry(node, follow=True)
         elif (finished := executor.finished_outcome(node_dir)) is not None:
             observer.message(f"{node.id}: its stage had finished before the stop; scoring it")
-            stages.trained(node, finished)
             yield Carry(node, finished=finished)
         elif node.attempt >= MAX_ATTEMPTS:
-            stages.transition(node, Status.FAILED, "interrupted twice; not retried again")
-            stages.record(node, StageOutcome(None, reason=node.reason))
+            stages.give_up(node, "interrupted twice; not retried again")
         else:
             observer.message(f"{node.id}: its stage was cut short by the stop; training it again")
             stages.retry(node)

@@ -10,6 +10,7 @@ from autorl.loop.ledger import Ledger
 from autorl.loop.lifecycle import StageLifecycle, eval_timing
 from autorl.loop.observer import Observer
 from autorl.stages.evaluate import FrozenEvaluator
+from autorl.storage import records
 from autorl.storage.report import NO_GAIN, beats_base
 from autorl.storage.tracking import Tracker
 from search.tree import Tree
@@ -50,6 +51,7 @@ class Scoring:
         best.test_score, best.test_stderr = test.mean, test.stderr
         self.ledger.add(eval_timing(test)["eval_generation_s"] + eval_timing(base)["eval_generation_s"])
         self.tracker.log_metrics(best.mlflow_run_id, {"test_score": test.mean, "test_stderr": test.stderr})
+        self.tracker.set_tags(best.mlflow_run_id, records.node_tags(best))  # the record holds the test score too
         self.tracker.log_artifacts(best.mlflow_run_id, [test.path])
         self.tracker.log_metrics(self.session_run_id, {
             "best_val_score": best.val_score, "best_test_score": test.mean, "best_test_stderr": test.stderr,

@@ -12,16 +12,17 @@ from typing import Any
 
 from autorl.errors import SessionError
 from autorl.storage.lock import SessionLock
-from autorl.storage.records import node_from_run
+from autorl.storage.records import nodes_from_runs, session_tags_of
 from autorl.storage.tracking import Tracker
+from search.tree import Node
 
 
-def node_view(run) -> dict[str, Any]:
+def node_view(node: Node, mlflow_status: str) -> dict[str, Any]:
     """A node as ``show --json`` prints it: the decoded record plus MLflow's own run status,
     and when its stage started and ended (UTC), so stages run side by side can be checked."""
-    node = node_from_run(run).to_dict()
-    timing = node.get("timing") or {}
-    return node | {"mlflow_status": run.info.status, "started_at": timing.get("started_at"),
+    data = node.to_dict()
+    timing = data.get("timing") or {}
+    return data | {"mlflow_status": mlflow_status, "started_at": timing.get("started_at"),
                    "ended_at": timing.get("ended_at")}
 
 
@@ -29,13 +30,13 @@ COUNTERS = ("near_duplicates", "known_failures_refused", "dropped_proposals", "r
 
 
 def session_summary(run) -> dict[str, Any]:
-    tags, metrics = run.data.tags, run.data.metrics
+    tags, metrics = session_tags_of(run), run.data.metrics
     return {
         "name": tags.get("autorl.session"),
         "status": tags.get("autorl.status"),
         "reason": tags.get("autorl.reason", ""),
         "topic": tags.get("autorl.topic"),
-        "template": tags.get("autorl.stages.template"),
+        "template": tags.get("autorl.template"),
         "strategy": tags.get("autorl.strategy"),
         "base_score": metrics.get("base_score"),
         "base_stderr": metrics.get("base_stderr"),
@@ -88,7 +89,9 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
     if run is None:
         raise SessionError(f"no session named {name!r} in {tracker.uri}; `autorl ls` lists them")
     summary = session_summary(run)
-    nodes = [node_view(r) for r in tracker.node_runs(run.info.run_id)]
+    runs = tracker.node_runs(run.info.run_id)
+    status_of = {r.info.run_id: r.info.status for r in runs}
+    nodes = [node_view(node, status_of[node.mlflow_run_id]) for node in nodes_from_runs(runs)]
     best_id = run.data.tags.get("autorl.best_node")
     scored = [n for n in nodes if n["val_score"] is not None]
     best = next((n for n in nodes if n["id"] == best_id), None) or (
@@ -97,7 +100,7 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
     summary["nodes"] = nodes
     summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"])}
     summary["beats_base"] = beats_base(best and best["val_score"], summary.get("base_score"))
-    summary["workspace"] = run.data.tags.get("autorl.stages.workspace")
+    summary["workspace"] = session_tags_of(run).get("autorl.workspace")
     return summary
 
 

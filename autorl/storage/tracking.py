@@ -20,8 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable
 
+from autorl import faults
 from autorl.errors import TrackingError
-from autorl.storage.store import prepare_sqlite, sqlite_path
+from autorl.storage.store import never_made, prepare_sqlite, sqlite_path
 
 EXPERIMENT = "autorl"
 SESSION_KIND = "session"
@@ -62,13 +63,79 @@ def probe_http(uri: str, timeout: float = 5.0) -> None:
                             "start it or pass another --tracking-uri") from exc
 
 
-RETRYABLE = ("database is locked", "database table is locked", "unable to open database", "temporarily unavailable",
-             "Connection refused", "Connection reset", "Max retries exceeded", "503", "502")
+SQLITE_BUSY, SQLITE_LOCKED = 5, 6  # "database is locked", "database table is locked" (primary result codes)
+TRANSIENT_HTTP = frozenset({502, 503, 504})  # a proxy or server with nothing for us yet; 500 is a server bug
+LOCKED, UNAVAILABLE, CONNECTION = "locked", "unavailable", "connection"
+RETRYABLE = frozenset({LOCKED, UNAVAILABLE, CONNECTION})
+# Calls whose repeat after an unknown outcome can record something twice: a 503 from a proxy,
+# a reset connection or a lost answer may come after the store made the run. They are
+# repeated only where the store says it wrote nothing (SQLite busy: the transaction was
+# rolled back); the caller looks the run up instead of calling again.
+ONCE_ONLY = {"create_run": frozenset({LOCKED})}
+CREATE_TRIES = 3  # a node's run: created again (the first one looked up and discarded) after a lost answer
+
+
+def wrapped_errors(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every error it wraps: causes, contexts, SQLAlchemy's ``orig``, urllib3's
+    ``reason`` and the errors requests passes as arguments (MLflow raises its own error while
+    handling requests', so the typed one is only in the chain)."""
+    found: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        error = todo.pop(0)
+        if not isinstance(error, BaseException) or any(error is seen for seen in found):
+            continue
+        found.append(error)
+        todo += [error.__cause__, error.__context__, getattr(error, "orig", None), getattr(error, "reason", None),
+                 *(arg for arg in error.args if isinstance(arg, BaseException))]
+    return found
+
+
+def transient(exc: BaseException) -> str | None:
+    """Why repeating the call that raised ``exc`` may succeed, judged by the wrapped errors'
+    types and codes, not by what a message happens to contain (a run id can hold "503"):
+    ``locked`` (SQLite busy or locked: nothing was written), ``unavailable`` (the tracking
+    server or a proxy answered 502, 503 or 504, or TEMPORARILY_UNAVAILABLE), ``connection``
+    (no connection, or it broke); None otherwise. The one status urllib3 gives up on is
+    kept only in its ``ResponseError``'s fixed message, so that message is parsed."""
+    import re
+    import sqlite3
+
+    import requests
+    import sqlalchemy.exc
+    from urllib3.exceptions import ResponseError
+
+    errors = wrapped_errors(exc)
+    for error in errors:
+        if isinstance(error, sqlite3.Error):  # a SQLite store: only its locks pass
+            code = getattr(error, "sqlite_errorcode", None)
+            return LOCKED if code is not None and (code & 0xFF) in (SQLITE_BUSY, SQLITE_LOCKED) else None
+    if any(isinstance(error, sqlalchemy.exc.SQLAlchemyError) for error in errors):
+        return None  # another database's error (MLflow calls every OperationalError TEMPORARILY_UNAVAILABLE)
+    status_text = re.compile(re.escape(ResponseError.SPECIFIC_ERROR).replace(r"\{status_code\}", r"(\d+)"))
+    for error in errors:
+        if isinstance(error, ResponseError):  # urllib3 gave up on a status MLflow retries (its only record of it)
+            match = status_text.fullmatch(str(error))
+            if match and int(match[1]) in TRANSIENT_HTTP:
+                return UNAVAILABLE
+        if isinstance(error, requests.exceptions.ConnectionError) and \
+                not isinstance(error, requests.exceptions.SSLError):
+            return CONNECTION
+        if isinstance(error, requests.exceptions.HTTPError) and error.response is not None and \
+                error.response.status_code in TRANSIENT_HTTP:
+            return UNAVAILABLE
+    status = getattr(exc, "get_http_status_code", None)  # an MlflowException the server sent (RestException)
+    if status is not None and status() in TRANSIENT_HTTP:
+        return UNAVAILABLE
+    return None
 
 
 class RetryingClient:
     """An MlflowClient whose calls are retried with exponential backoff while the store is
-    locked or briefly unreachable (about 15 s in all), then fail with the store's error."""
+    locked or briefly unreachable (about 15 s of waits, besides SQLite's own 20 s per try
+    and MLflow's HTTP retries), then fail with the store's error. Only typed transient
+    errors are retried (``transient``), and a call in ``ONCE_ONLY`` only on those that
+    guarantee it wrote nothing."""
 
     def __init__(self, client, attempts: int = 6, first_delay: float = 0.5):
         self._client = client
@@ -79,6 +146,7 @@ class RetryingClient:
         attribute = getattr(self._client, name)
         if not callable(attribute):
             return attribute
+        retryable = ONCE_ONLY.get(name, RETRYABLE)
 
         def call(*args, **kwargs):
             delay = self._first_delay
@@ -86,7 +154,7 @@ class RetryingClient:
                 try:
                     return attribute(*args, **kwargs)
                 except Exception as exc:  # MLflow wraps store errors in several types
-                    if attempt == self._attempts - 1 or not any(text in str(exc) for text in RETRYABLE):
+                    if attempt == self._attempts - 1 or transient(exc) not in retryable:
                         raise
                     time.sleep(delay)
                     delay *= 2
@@ -124,9 +192,12 @@ class Tracker:
                                 "create it or pass another --tracking-uri")
 
     def exists(self) -> bool:
-        """False only for a SQLite store whose file is not there (servers are asked)."""
+        """False for a SQLite store whose file is not there, or that a killed first start left
+        half-made with no runs in it (servers are asked)."""
         database = sqlite_path(self.uri)
-        return database is None or database.is_file()
+        if database is None or self._experiment_id:  # opened already: whole
+            return True
+        return database.is_file() and not never_made(database)
 
     @property
     def client(self):
@@ -183,21 +254,25 @@ class Tracker:
         return self.read_long_tags(runs[0]) if runs else None
 
     def sessions(self) -> list:
+        """Every session's run, newest first, each tag holding its whole value (``read_long_tags``)."""
         if not self.exists():
             return []
-        return self.client.search_runs(
+        runs = self.client.search_runs(
             [self.ensure_store()], filter_string=tag_filter("autorl.kind", SESSION_KIND), order_by=["start_time DESC"]
         )
+        return [self.read_long_tags(run) for run in runs]
 
     def start_session(self, name: str, params: dict[str, Any], tags: dict[str, str]) -> str:
-        run = self.client.create_run(
-            self.ensure_store(),
-            run_name=name,
-            tags={"autorl.kind": SESSION_KIND, "autorl.session": name, "autorl.status": "running"},
-        )
-        self.set_tags(run.info.run_id, tags)
-        self.client.log_batch(run.info.run_id, params=_params(params))
-        return run.info.run_id
+        """The session's run, created with every tag at once: a kill can leave a run with
+        its name and no config only where a tag is too long for one (``set_tags``)."""
+        identity = {"autorl.kind": SESSION_KIND, "autorl.session": name, "autorl.status": "running"}
+        run_id = self._create_run(name, {**identity, **tags})
+        self.client.log_batch(run_id, params=_params(params))
+        return run_id
+
+    def discard(self, run_id: str) -> None:
+        """Delete a run that never became a record (a creation cut short): readers no longer see it."""
+        self.client.delete_run(run_id)
 
     def reopen_session(self, run_id: str, resumes: int) -> None:
         self.set_tags(run_id, {"autorl.status": "running", "autorl.reason": "", "autorl.resumes": resumes})
@@ -211,27 +286,57 @@ class Tracker:
 
     # -- nodes ----------------------------------------------------------------------------
 
-    def start_node(self, session_run_id: str, session: str, node_id: str, tags: dict[str, str], params: dict,
-                   run_name: str | None = None) -> str:
-        run = self.client.create_run(
-            self.ensure_store(),
-            run_name=run_name or node_id,
-            tags={"mlflow.parentRunId": session_run_id, "autorl.kind": NODE_KIND, "autorl.session": session,
-                  "autorl.node_id": node_id},
+    def start_node(self, session_run_id: str, session: str, node_id: str, attempt: int, tags: dict[str, str],
+                   params: dict, run_name: str | None = None) -> str:
+        """The run of one attempt of a node, created once with every tag at once.
+
+        A run another creation of the same attempt left behind (a controller killed while
+        creating it, a call repeated after a lost connection) is discarded first, so a node
+        attempt never has two runs, and a run never exists without the node's record
+        (except where a tag is too long for one, whose artifact is written after)."""
+        identity = {"mlflow.parentRunId": session_run_id, "autorl.kind": NODE_KIND, "autorl.session": session,
+                    "autorl.node_id": node_id}
+        for tries_left in reversed(range(CREATE_TRIES)):
+            for stale in self._node_attempt_runs(session_run_id, node_id, attempt):
+                self.discard(stale.info.run_id)
+            try:
+                run_id = self._create_run(run_name or node_id, {**identity, **tags})
+                break
+            except Exception as exc:  # a lost answer may come after the store made the run: look again
+                if not tries_left or transient(exc) not in (UNAVAILABLE, CONNECTION):
+                    raise
+                time.sleep(1.0)
+        self.client.log_batch(run_id, params=_params(params))
+        return run_id
+
+    def _node_attempt_runs(self, session_run_id: str, node_id: str, attempt: int) -> list:
+        runs = self.client.search_runs(
+            [self.ensure_store()],
+            filter_string=(f"{tag_filter('mlflow.parentRunId', session_run_id)} and "
+                           f"{tag_filter('autorl.node_id', node_id)}"),
+            max_results=1000,
         )
-        self.set_tags(run.info.run_id, tags)  # long values (a rationale) go to artifacts
-        self.client.log_batch(run.info.run_id, params=_params(params))
+        return [r for r in runs if r.data.tags.get("autorl.attempt", "1") == str(attempt)]
+
+    def _create_run(self, run_name: str, tags: dict[str, Any]) -> str:
+        """A run holding ``tags``: those short enough at creation, in one write; longer ones
+        then go to artifacts, each tag pointing at its own (``set_tags``)."""
+        short = {key: str(value) for key, value in tags.items() if len(str(value)) <= TAG_LIMIT}
+        run = self.client.create_run(self.ensure_store(), run_name=run_name, tags=short)
+        faults.point("run_created")
+        if long := {key: value for key, value in tags.items() if key not in short}:
+            self.set_tags(run.info.run_id, long)
         return run.info.run_id
 
-    def node_runs(self, session_run_id: str, all_attempts: bool = False) -> list:
-        """The session's node runs, one per node (its latest attempt) unless ``all_attempts``."""
+    def node_runs(self, session_run_id: str) -> list:
+        """Every run of the session's nodes (each attempt of each), ordered by node and attempt;
+        ``records.nodes_from_runs`` makes nodes of them."""
         runs = self.client.search_runs(
             [self.ensure_store()],
             filter_string=(f"{tag_filter('mlflow.parentRunId', session_run_id)} and "
                            f"{tag_filter('autorl.kind', NODE_KIND)}"),
             max_results=5000,
         )
-        runs = runs if all_attempts else latest_attempts(runs)
         return sorted((self.read_long_tags(r) for r in runs),
                       key=lambda r: (r.data.tags.get("autorl.node_id", ""), _attempt(r)))
 
@@ -312,16 +417,6 @@ def first_line(exc: Exception) -> str:
 
 def _attempt(run) -> int:
     return int(run.data.tags.get("autorl.attempt", 1))
-
-
-def latest_attempts(runs: list) -> list:
-    """One run per node id: the highest attempt (a re-run after a stop supersedes the killed one)."""
-    latest: dict[str, Any] = {}
-    for run in runs:
-        node_id = run.data.tags.get("autorl.node_id")
-        if node_id not in latest or _attempt(run) >= _attempt(latest[node_id]):
-            latest[node_id] = run
-    return list(latest.values())
 
 
 def _params(values: dict[str, Any]):

@@ -145,5 +145,5 @@ class TpeProposer(BaseProposer):
         self.withdraw(proposal)
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
-        fail_orphan_trials(self.study, tree)
+        fail_orphan_trials(self.study, tree, set(self.space.params))
         self.rejected = int(session_metrics.get("rejected_proposals", 0))  # the controller's count of them
