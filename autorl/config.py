@@ -20,6 +20,7 @@ SandboxKind = Literal["auto", "bwrap", "none"]
 ExecutorKind = Literal["local", "ray"]
 STRATEGIES = get_args(Strategy)
 APPROVE_MODES = get_args(ApproveMode)
+DEFAULT_TEMPLATE = "digitsort"  # GRPO gains on it in a default session (benchmarks/results/first_run.md)
 DEFAULT_TRAIN_STEPS = 160  # 8 stages of 20 steps: a few minutes on a 2-core CPU with the built-in templates
 STEPS_PER_STAGE = 20  # a typical stage, to turn a step budget into a depth (the templates' default stage)
 MIN_DEPTH = 3  # the shallowest default --max-depth (it grows from 16 stages on)
@@ -79,7 +80,7 @@ class SessionConfig(BaseModel):
 
     name: str = Field(description="Session name, unique in the tracking store.")
     topic: str = Field(description="The research question, appended to the template's brief.")
-    template: str = Field("arith", description="Built-in template name or a template folder.")
+    template: str = Field(DEFAULT_TEMPLATE, description="Built-in template name or a template folder.")
     train_steps: int | None = Field(None, ge=1, description="GRPO training steps the session may spend across all "
                                     f"stages: its compute budget [default: {DEFAULT_TRAIN_STEPS} when neither "
                                     "--stages nor --time is given].")
@@ -132,6 +133,10 @@ class SessionConfig(BaseModel):
     llm_reasoning_effort: Literal["low", "medium", "high"] | None = Field(
         None, description="Reasoning effort of a reasoning model (low, medium or high) [default: not sent, the "
                           "model's own].")
+    llm_fallback: Literal["none", "optuna"] = Field(
+        "none", description="When the LLM endpoint cannot serve the session at its start (no key, not a URL, nothing "
+                            "answers, the key refused, the model unknown): none stops with one line saying what to "
+                            "fix, before anything is created; optuna warns and proposes with Optuna while it fails.")
 
     @field_validator("topic")
     @classmethod
@@ -232,6 +237,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
     "max_llm_cost": "--max-llm-cost", "llm_reasoning_effort": "--llm-reasoning-effort", "topic": "TOPIC",
+    "llm_fallback": "--llm-fallback",
     "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",
     "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width",
     "parallel": "--parallel", "trial_cpus": "--trial-cpus",

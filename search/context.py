@@ -6,10 +6,13 @@ The prompt is built in two parts, in this order, so that a provider's prompt cac
 1. what never changes in a session: the rules, the reply task, the research brief, the
    search space, how noisy a score is, and the template's ``train.py``;
 2. what changes with every stage: the budget left, the depth limit and the nodes at it,
-   the tree (one line a node, an edited node with a summary of its diff), a block for
-   each candidate parent (path, exact values, validation ± SE, the paired comparison
-   with its parent, diagnosis findings with evidence, curve summary, the diff of its
-   ``train.py``), recent failures, and feedback on the last proposal.
+   the tree (one line a node, an edited node with a summary of its diff), the stages in
+   flight (proposed, not scored yet: never dropped, so a proposal does not repeat one
+   blindly), a block for each candidate parent (path, exact values, validation ± SE, the
+   paired comparison with its parent, diagnosis findings with evidence, curve summary,
+   the diff of its ``train.py``), recent failures, what became of requests that timed
+   out (a late reply is discarded; what was proposed instead), and feedback on the last
+   proposal.
 
 Prompts are files in ``search/prompts/``; this module fills them in and keeps the user
 message within a token budget (about 4 characters a token), dropping the least useful
@@ -27,12 +30,13 @@ from typing import Callable
 from search.importance import importance_text, param_importance
 from search.novelty import TOLERANCE
 from search.space import SearchSpace
-from search.tree import Node, Tree, findings_text
+from search.tree import Node, Status, Tree, findings_text
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
 MAX_DIFF_CHARS = 2500
 STATIC_END = "<!-- everything above is the same in every request of this session -->"
+IN_FLIGHT = (Status.PENDING, Status.RUNNING, Status.INTERRUPTED)  # proposed, not ended: no score yet
 
 
 def prompt(name: str, **values) -> str:
@@ -95,12 +99,14 @@ class Noise:
 @dataclass
 class PromptView:
     """What the proposer knows when it asks: the tree policy's pick (None: the base model),
-    the nodes that may be extended, the budget and the feedback to pass on."""
+    the nodes that may be extended, the budget, the feedback to pass on, and what came of
+    its requests that timed out (one sentence each)."""
 
     suggested: str | None
     expandable: list[str | None]
     budget: str
     feedback: list[str] = field(default_factory=list)
+    timeouts: list[str] = field(default_factory=list)
 
 
 class ContextBuilder:
@@ -164,11 +170,24 @@ class ContextBuilder:
         out = [self.node_line(tree, n) for n in ranked[:lines]]
         if len(ranked) > lines:
             out.append(f"- … {len(ranked) - lines} lower-scoring nodes omitted")
-        unscored = [n for n in tree.nodes.values() if not n.scored]
+        unscored = [n for n in tree.nodes.values() if not n.scored and n.status not in IN_FLIGHT]
         for node in unscored[-failures:] if failures else []:
             out.append(self.node_line(tree, node))
-        out.append(f"({len(tree.nodes)} nodes in all, {len(ranked)} scored)")
+        flying = sum(n.status in IN_FLIGHT for n in tree.nodes.values())
+        out.append(f"({len(tree.nodes)} nodes in all, {len(ranked)} scored"
+                   + (f", {flying} in flight" if flying else "") + ")")
         return "\n".join(out)
+
+    def in_flight_text(self, tree: Tree) -> str:
+        """The stages proposed and not ended (training, waiting for a slot, or cut short and to run
+        again), with who proposed each and why: all of them, whatever the prompt's length."""
+        flying = [n for n in tree.nodes.values() if n.status in IN_FLIGHT]
+        if not flying:
+            return ""
+        lines = [self.node_line(tree, n) + (f"; proposed because: {n.rationale[:160]}" if n.rationale else "")
+                 for n in flying]
+        return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
+                "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
 
     def depth_text(self, tree: Tree) -> str:
         full = [n.id for n in tree.scored() if n.depth >= self.max_depth]
@@ -218,11 +237,14 @@ class ContextBuilder:
                 "any expandable node).")
         feedback = ("\n\n# Feedback on your last proposal\n\n" + "\n".join(f"- {f}" for f in view.feedback[-5:])
                     if view.feedback else "")
+        timeouts = ("\n\n# Your requests that timed out\n\n" + "\n".join(f"- {t}" for t in view.timeouts[-5:])
+                    if view.timeouts else "")
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
-            tree=self.tree_text(tree, shape["lines"], shape["failures"]), pick=pick, expandable=expandable,
+            tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
+            pick=pick, expandable=expandable,
             candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",
-            feedback=feedback,
+            timeouts=timeouts, feedback=feedback,
         ).strip()
 
     def messages(self, tree: Tree, view: PromptView) -> list[dict]:

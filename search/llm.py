@@ -35,8 +35,16 @@ What a request carries, and why:
 
 Also:
 
-- Timeouts and retries are explicit (the SDK's timeout is per attempt; retries back
-  off on 429, 5xx and timeouts).
+- Timeouts and retries are explicit: an attempt that has no answer within ``timeout_s``
+  is given up and sent again, up to ``max_retries`` times (the SDK's own retries back
+  off on 429, 5xx and dropped connections). A given-up attempt is not cut: it runs on
+  its own thread for up to ``LATE_WINDOW`` times the timeout, so a reply that arrives
+  after the client stopped waiting is seen, charged (the server did the work) and kept
+  in ``timed_out`` with what it said, for the proposer to tell the LLM it was discarded
+  (``Usage.timeouts``, ``Usage.late_replies``).
+- Before a session exists, ``check_endpoint`` sends one request of a few tokens to say
+  in one line what keeps an endpoint from serving it (not a URL, nothing answers, the
+  key refused, the model unknown).
 - Every call's tokens (prompt, completion, cached, reasoning) and cost are counted and
   capped; replies are cached per session and key, so a repeated request (a resumed
   session) is not paid twice.
@@ -46,14 +54,18 @@ Also:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import json
 import os
 import re
+import threading
+import time
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from search.errors import LLMSetupError
 
@@ -66,10 +78,33 @@ CACHE_MODES = {"json_schema": True, "json_object": "json_object", "none": False}
 OPTIONAL_PARAMETERS = ("max_completion_tokens", "reasoning_effort", "seed")
 REFUSAL_WORDS = ("unsupported", "unrecognized", "not supported", "extra inputs", "extra_forbidden", "unknown",
                  "not permitted", "unexpected")
+# A given-up request goes on running for this many times its timeout, so that a late reply is seen.
+LATE_WINDOW = 10
+# The endpoint check: a request this small costs a few prompt tokens and one completion token.
+PROBE_MESSAGES = [{"role": "user", "content": "Reply with OK."}]
 
 
 class LLMUnavailable(Exception):
     """The endpoint failed after its retries (timeouts, 5xx storm, refused)."""
+
+
+class LLMTimeout(LLMUnavailable):
+    """No attempt of a request had an answer within the timeout (each is left running: ``LLMClient.timed_out``)."""
+
+
+@dataclass
+class TimedOut:
+    """An attempt the client stopped waiting for, left running so that a late reply is seen."""
+
+    key: str  # the request's step key (``a3.r0``: proposal 3, no repair yet)
+    timeout_s: float
+    arrived_s: float | None = None  # seconds from sending to the reply, once it came (it was discarded)
+    content: str = ""  # what the late reply said
+    failed: str = ""  # why no reply ever came, once the attempt ended without one
+
+    @property
+    def ended(self) -> bool:
+        return self.arrived_s is not None or bool(self.failed)
 
 
 @dataclass
@@ -121,6 +156,8 @@ class Usage:
     cache_hits: int = 0
     length_retries: int = 0  # replies empty at the cap (reasoning spent it), asked again with twice the cap
     stepdowns: int = 0  # parameters or response formats a server refused, done without from then on
+    timeouts: int = 0  # attempts given up after the timeout (each left running to see a late reply)
+    late_replies: int = 0  # replies that arrived after their attempt was given up: charged, then discarded
 
     @property
     def total_tokens(self) -> int:
@@ -191,6 +228,8 @@ class LLMClient:
         self.tracer = tracer or (lambda name: contextlib.nullcontext(_NoSpan()))
         self.notify = notify or (lambda text: None)
         self._told: set[str] = set()
+        self.timed_out: list[TimedOut] = []  # given-up attempts, in order; a late reply fills one in
+        self._lock = threading.RLock()  # usage is also charged from the thread of a late reply
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -208,17 +247,18 @@ class LLMClient:
         completion = getattr(usage, "completion_tokens", 0) or 0
         cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0
         reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", 0) or 0
-        self.usage.calls += 1
-        self.usage.prompt_tokens += prompt
-        self.usage.completion_tokens += completion
-        self.usage.cached_tokens += cached
-        self.usage.reasoning_tokens += reasoning
-        price = self.prices.get(self.settings.model)
-        if price:
-            self.usage.cost += (
-                (prompt - cached) * price["input"] + cached * price.get("cached_input", price["input"])
-                + completion * price["output"]
-            ) / 1e6
+        with self._lock:
+            self.usage.calls += 1
+            self.usage.prompt_tokens += prompt
+            self.usage.completion_tokens += completion
+            self.usage.cached_tokens += cached
+            self.usage.reasoning_tokens += reasoning
+            price = self.prices.get(self.settings.model)
+            if price:
+                self.usage.cost += (
+                    (prompt - cached) * price["input"] + cached * price.get("cached_input", price["input"])
+                    + completion * price["output"]
+                ) / 1e6
         return {"prompt_tokens": prompt, "completion_tokens": completion, "cached_tokens": cached,
                 "reasoning_tokens": reasoning}
 
@@ -252,10 +292,34 @@ class LLMClient:
             kwargs["reasoning_effort"] = self.settings.reasoning_effort
         return kwargs
 
-    def _send(self, kwargs: dict[str, Any], retries: int | None = None):
-        client = self.client if retries is None else self.client.with_options(max_retries=retries)
-        response = client.chat.completions.create(**kwargs)
-        return response, self._charge(response.usage)
+    def _send(self, kwargs: dict[str, Any], retries: int | None = None, step_key: str = ""):
+        """One request: each attempt on its own thread, waited for ``timeout_s``; one with no answer
+        by then is given up (and sent again while retries are left) but left running until
+        ``LATE_WINDOW`` times the timeout, so that its reply, if it comes, is charged and recorded."""
+        retries = self.settings.max_retries if retries is None else retries
+        client = self.client.with_options(max_retries=retries, timeout=self.settings.timeout_s * LATE_WINDOW)
+        for _ in range(retries + 1):
+            attempt = _Attempt(lambda: client.chat.completions.create(**kwargs))
+            record = TimedOut(step_key, self.settings.timeout_s)
+            if attempt.wait(self.settings.timeout_s, lambda *outcome, record=record: self._late(record, *outcome)):
+                response = attempt.result()
+                return response, self._charge(response.usage)
+            with self._lock:
+                self.timed_out.append(record)
+                self.usage.timeouts += 1
+        raise LLMTimeout(f"no reply within {self.settings.timeout_s:g} s")
+
+    def _late(self, record: TimedOut, response, error: BaseException | None, seconds: float) -> None:
+        """What a given-up attempt brought back (on its own thread): a reply is charged and kept, then discarded."""
+        with self._lock:
+            if response is None:
+                record.failed = f"{type(error).__name__} after {seconds:.0f} s"
+                return
+            self._charge(response.usage)
+            self.usage.late_replies += 1
+            choice = response.choices[0] if response.choices else None
+            record.content = (choice.message.content if choice else "") or ""
+            record.arrived_s = seconds
 
     @staticmethod
     def _error_text(exc) -> str:
@@ -306,7 +370,8 @@ class LLMClient:
         self._tell(f"the LLM endpoint refused response_format {mode} (HTTP {exc.status_code}): asking with {how}")
         return following
 
-    def _call(self, messages: list[dict], schema: dict, seed: int | None) -> tuple[Any, dict[str, int], str]:
+    def _call(self, messages: list[dict], schema: dict, seed: int | None,
+              step_key: str = "") -> tuple[Any, dict[str, int], str]:
         """Send one request, stepping down from what the server refuses, and once more with twice
         the cap when a reply comes back empty at it. Returns the response, the usage of every
         attempt together, and the response format that was taken."""
@@ -323,7 +388,7 @@ class LLMClient:
             retries = (self.settings.max_retries - 1 if transient else 0) if probing else None
             kwargs = self._request(messages, mode, schema, cap, seed)
             try:
-                response, usage = self._send(kwargs, retries)
+                response, usage = self._send(kwargs, retries, step_key)
             except openai.APIStatusError as exc:
                 if name := self.refused_parameter(exc, kwargs):
                     self._do_without(name, exc)
@@ -335,7 +400,7 @@ class LLMClient:
                     transient = True  # 429, 502, …: the same request again, with the retries left
                     continue
                 raise
-            except openai.APIConnectionError:  # timeouts too
+            except (openai.APIConnectionError, LLMTimeout):
                 if probing and not transient and self.settings.max_retries > 0:
                     transient = True
                     continue
@@ -381,7 +446,11 @@ class LLMClient:
         with self.tracer(f"propose {step_key}") as span:
             span.set_inputs({"messages": messages, "model": self.settings.model, "structured": self.structured})
             try:
-                response, usage, mode = self._call(messages, schema, self.request_seed(self.settings.seed, step_key))
+                response, usage, mode = self._call(messages, schema, self.request_seed(self.settings.seed, step_key),
+                                                   step_key)
+            except LLMTimeout as exc:
+                span.set_attributes({"error": str(exc)})
+                raise
             except (openai.APIError, openai.APIConnectionError) as exc:
                 span.set_attributes({"error": f"{type(exc).__name__}: {str(exc)[:200]}"})
                 raise LLMUnavailable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -397,6 +466,106 @@ class LLMClient:
         if self.cache:
             self.cache.put(ReplyCache.key(step_key, self._cache_request(messages, mode)), reply)
         return {**reply, "cached": False}
+
+
+class _Attempt:
+    """One HTTP attempt on a thread of its own. ``wait`` says whether it ended within the time;
+    if not, what it brings back later goes to the ``late`` callback (on its thread) instead."""
+
+    def __init__(self, call):
+        self.started = time.monotonic()
+        self._lock = threading.Lock()
+        self._done = False
+        self._ended = threading.Event()
+        self._late = None
+        self._response = self._error = None
+        context = contextvars.copy_context()  # a tracer's span, if any, stays the current one
+        threading.Thread(target=context.run, args=(self._run, call), daemon=True, name="llm-request").start()
+
+    def _run(self, call) -> None:
+        response = error = None
+        try:
+            response = call()
+        except BaseException as exc:  # handed to whoever waits, or recorded as late
+            error = exc
+        with self._lock:
+            self._response, self._error, self._done = response, error, True
+            late = self._late
+        self._ended.set()
+        if late is not None:
+            late(response, error, time.monotonic() - self.started)
+
+    def wait(self, timeout: float, late) -> bool:
+        self._ended.wait(timeout)
+        with self._lock:
+            if not self._done:
+                self._late = late
+            return self._done
+
+    def result(self):
+        if self._error is not None:
+            raise self._error
+        return self._response
+
+
+def check_endpoint(settings: LLMSettings) -> str | None:
+    """What keeps this endpoint from serving a session, in one line that says what to do; None
+    when it answers.
+
+    One chat-completion request of a few tokens (``max_completion_tokens`` 1, no response
+    format, no retries, within ``timeout_s``), not ``GET /models``: the server itself then
+    decides the three things a session needs — the route, the key and the model — where a
+    model listing can disagree with what a server takes (llama.cpp's server lists one name
+    and answers to any; proxies list what they route differently). An answer that refuses a
+    parameter (400), or a busy or failing server (429, 5xx), is an endpoint that answers: the
+    session's own requests step down or retry. Nothing of the key is ever in the message.
+    """
+    import openai
+
+    url = settings.base_url
+    if url is not None:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            return f"--llm-base-url {url!r} is not a URL; pass one such as http://localhost:8000/v1"
+    client = openai.OpenAI(api_key=settings.api_key or "not-needed", base_url=url, timeout=settings.timeout_s,
+                           max_retries=0)
+    shown = str(client.base_url).rstrip("/")
+    where = f"--llm-base-url {shown}" if url is not None else f"the LLM endpoint {shown}"
+    if not settings.api_key and client.base_url.host == "api.openai.com":
+        return ("no API key for the OpenAI API: set $OPENAI_API_KEY or pass --llm-key-file FILE "
+                "(for a local server, pass --llm-base-url URL)")
+    try:
+        client.chat.completions.create(model=settings.model, messages=PROBE_MESSAGES, max_completion_tokens=1)
+    except openai.APITimeoutError:
+        return (f"{where}: no reply within {settings.timeout_s:g} s (--llm-timeout); start the server, pass another "
+                "URL or raise --llm-timeout")
+    except openai.APIConnectionError as exc:
+        return f"{where}: nothing answers ({connection_problem(exc)}); start the server or pass another URL"
+    except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+        if not settings.api_key:
+            return (f"the LLM endpoint {shown} asks for a key (HTTP {exc.status_code}); set $OPENAI_API_KEY or pass "
+                    "--llm-key-file FILE")
+        return (f"the LLM endpoint {shown} refused the key (HTTP {exc.status_code}); check --llm-key-file or "
+                "$OPENAI_API_KEY")
+    except openai.NotFoundError as exc:
+        if "model" in LLMClient._error_text(exc):
+            return f"model {settings.model!r} is not served at {shown} (HTTP 404); pass --llm MODEL with one it serves"
+        return (f"{where}: no chat completions there (HTTP 404 on POST {exc.request.url.path}); an OpenAI-compatible "
+                "base URL usually ends in /v1")
+    except openai.RateLimitError as exc:
+        if exc.code == "insufficient_quota":
+            return (f"the LLM endpoint {shown} says the key has no quota left (HTTP 429 insufficient_quota); add "
+                    "credit or pass another key")
+    except openai.APIStatusError:
+        pass
+    return None
+
+
+def connection_problem(exc: BaseException) -> str:
+    """The network's own words for a failed connection (``connection refused``), without errno noise."""
+    cause = exc.__cause__ or exc.__context__ or exc
+    text = re.sub(r"\[Errno -?\d+\]\s*", "", str(cause).strip().splitlines()[0] if str(cause).strip() else "")
+    return (text or type(cause).__name__).rstrip(".").lower()
 
 
 class _NoSpan:

@@ -30,8 +30,20 @@ on ``json_schema``, takes ``{"type": "json_object", "schema": …}``).
 the schema (as the real server's would); one that does not is a mistake in the test,
 answered with a 500 and listed in ``violations``.
 
-``requests`` holds every request body received, refused ones included, in order;
-``refusals`` the (status, message) of each refusal.
+As OpenAI does, before any of that: a POST anywhere but ``/v1/chat/completions`` is 404
+``Invalid URL``; with ``api_key`` set, a request without that bearer key is 401
+``invalid_api_key`` (the message shows the key sent, masked, as OpenAI's does); with
+``models`` set, a request for another model is 404 ``model_not_found``.
+
+An endpoint check (a request capped at one completion token: autorl's ``check_endpoint``)
+is checked the same way but answered without using up a scripted answer, as a real
+server answers it whatever else it is asked; it is recorded in ``probes``, not ``requests``.
+
+An answer's ``delay`` holds it for that many seconds; its ``hold`` (an Event) holds it
+until the test sets it: a reply past the client's timeout, released when the test says.
+
+``requests`` holds every request body received but the probes, refused ones included, in
+order; ``refusals`` the (status, message) of each refusal.
 """
 
 from __future__ import annotations
@@ -75,6 +87,7 @@ class Answer:
     completion_tokens: int = 40  # the visible reply's tokens; reasoning tokens come on top
     reasoning_tokens: int = 0
     cached_tokens: int = 20
+    hold: threading.Event | None = None  # answered once the test sets it
 
 
 @dataclass
@@ -89,6 +102,9 @@ class ScriptedLLM:
     refusals: list = field(default_factory=list)
     violations: list = field(default_factory=list)
     default: Answer | None = None
+    api_key: str | None = None  # set: requests must carry it (Authorization: Bearer …), else 401
+    models: tuple[str, ...] | None = None  # set: the models served; another is 404 model_not_found
+    probes: list = field(default_factory=list)
     _refused_bodies: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
@@ -112,6 +128,28 @@ class ScriptedLLM:
         return [body for body in self.requests if id(body) not in refused]
 
     # -- the server's checks ----------------------------------------------------------------
+
+    @staticmethod
+    def is_probe(body: dict) -> bool:
+        return body.get("max_completion_tokens", body.get("max_tokens")) == 1
+
+    def gate(self, path: str, authorization: str | None, body: dict) -> tuple[int, dict] | None:
+        """OpenAI's checks before the parameters: the route, the key, the model."""
+        if path.rstrip("/") != "/v1/chat/completions":
+            return 404, error(f"Invalid URL (POST {path})")
+        if self.api_key is not None:
+            sent = (authorization or "").removeprefix("Bearer ").strip()
+            if not sent:
+                return 401, error("You didn't provide an API key. You need to provide your API key in an "
+                                  "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
+            if sent != self.api_key:
+                masked = sent[:3] + "*" * max(len(sent) - 7, 0) + sent[-4:]
+                return 401, error(f"Incorrect API key provided: {masked}. You can find your API key at "
+                                  "https://platform.openai.com/account/api-keys.", code="invalid_api_key")
+        if self.models is not None and body.get("model") not in self.models:
+            return 404, error(f"The model `{body.get('model')}` does not exist or you do not have access to it.",
+                              code="model_not_found")
+        return None
 
     def refusal(self, body: dict) -> tuple[int, dict] | None:
         """The (status, error body) this server answers ``body`` with, or None to answer it."""
@@ -228,14 +266,19 @@ def make_handler(llm: ScriptedLLM):
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            llm.requests.append(body)
-            if refused := llm.refusal(body):
+            probe = llm.is_probe(body)
+            (llm.probes if probe else llm.requests).append(body)
+            if refused := llm.gate(self.path, self.headers.get("Authorization"), body) or llm.refusal(body):
                 llm._refused_bodies.append(body)
                 llm.refusals.append((refused[0], refused[1]["error"]["message"]))
                 return self.reply(*refused)
+            if probe:
+                return self.reply(200, llm.reply_to(body, Answer("OK", prompt_tokens=10, completion_tokens=1)))
             answer = llm.next_answer()
             if answer.delay:
                 time.sleep(answer.delay)
+            if answer.hold is not None:
+                answer.hold.wait()
             if answer.status != 200:
                 return self.reply(answer.status, {"error": {"message": answer.content or "error"}},
                                   {"retry-after-ms": "10"} if answer.status == 429 else None)

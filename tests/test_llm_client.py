@@ -6,6 +6,7 @@ left empty at the cap.
 """
 
 import json
+import threading
 
 import openai
 import pytest
@@ -14,7 +15,7 @@ from llm_server import MAX_TOKENS_REFUSAL, Answer, LLMServer, ScriptedLLM, stric
 from autorl.config import make_config
 from autorl.errors import ConfigError
 from autorl.stages import template as templates
-from search.llm import LLMClient, LLMSettings, LLMUnavailable, ReplyCache
+from search.llm import LLMClient, LLMSettings, LLMTimeout, LLMUnavailable, ReplyCache, check_endpoint
 from search.proposers.llm import reply_schema
 
 SCHEMA = {
@@ -164,6 +165,14 @@ def test_the_reasoning_effort_option_is_validated(tmp_path):
         make_config(**base, llm_reasoning_effort="extreme")
 
 
+def test_the_llm_fallback_option_is_validated_and_stops_by_default(tmp_path):
+    base = dict(name="s", topic="t", template="arith", runs_dir=tmp_path, tracking_uri="x")
+    assert make_config(**base).llm_fallback == "none"
+    assert make_config(**base, llm_fallback="optuna").llm_fallback == "optuna"
+    with pytest.raises(ConfigError, match="--llm-fallback: unknown llm-fallback 'maybe'; choose one of none, optuna"):
+        make_config(**base, llm_fallback="maybe")
+
+
 def test_json_schema_refused_then_json_object_then_none_the_mode_remembered():
     notices = []
     llm = ScriptedLLM(supports_schema=False).add(REPLY, REPLY)
@@ -231,3 +240,110 @@ def test_a_cached_reply_is_found_before_the_format_is_known(tmp_path):
         reply = ask(again)
         assert reply["cached"] and reply["content"] == REPLY and server.llm.requests == []
     assert again.structured == "none" and again.usage.cache_hits == 1
+
+
+# -- the endpoint check before a session exists ---------------------------------------------------------------
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens (the port was free a moment ago)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def probe(base_url, model="gpt-4o-mini", api_key="sk-right-key-1234", timeout_s=5.0):
+    return check_endpoint(LLMSettings(model=model, base_url=base_url, api_key=api_key, timeout_s=timeout_s))
+
+
+def test_the_endpoint_check_is_one_tiny_request_and_passes_a_server_that_answers():
+    llm = ScriptedLLM(api_key="sk-right-key-1234", models=("gpt-4o-mini",)).add(REPLY)
+    with LLMServer(llm) as server:
+        assert probe(server.url) is None
+    assert llm.requests == [] and list(llm.script) != [] and len(llm.probes) == 1  # no scripted answer used
+    (sent,) = llm.probes
+    assert sent["max_completion_tokens"] == 1 and "response_format" not in sent and len(json.dumps(sent)) < 200
+
+
+def test_a_server_that_refuses_a_parameter_of_the_check_still_answers():
+    legacy = ScriptedLLM(flavour="legacy")
+    with LLMServer(legacy) as server:
+        assert probe(server.url) is None  # 400 on max_completion_tokens: the session's requests step down
+    assert legacy.refusals == [(400, "Unrecognized request argument supplied: max_completion_tokens")]
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("sk-wrong-secret-9876", "refused the key (HTTP 401); check --llm-key-file or $OPENAI_API_KEY"),
+    (None, "asks for a key (HTTP 401); set $OPENAI_API_KEY or pass --llm-key-file FILE"),
+])
+def test_a_refused_key_is_one_line_that_never_shows_the_key(key, expected):
+    llm = ScriptedLLM(api_key="sk-right-key-1234")
+    with LLMServer(llm) as server:
+        problem = probe(server.url, api_key=key)
+    assert problem == f"the LLM endpoint {server.url} {expected}"
+    assert "Incorrect API key" in llm.refusals[0][1]  # the server's message shows the key, masked
+    assert "9876" not in problem and "secret" not in problem and "*" not in problem
+
+
+def test_an_unknown_model_and_a_wrong_route_are_told_apart():
+    llm = ScriptedLLM(models=("gpt-4o-mini",))
+    with LLMServer(llm) as server:
+        model = probe(server.url, model="gpt-9")
+        route = probe(server.url.removesuffix("/v1"))
+    assert model == f"model 'gpt-9' is not served at {server.url} (HTTP 404); pass --llm MODEL with one it serves"
+    assert route == (f"--llm-base-url {server.url.removesuffix('/v1')}: no chat completions there (HTTP 404 on POST "
+                     "/chat/completions); an OpenAI-compatible base URL usually ends in /v1")
+
+
+def test_nothing_answering_not_a_url_and_no_key_are_one_line_each(monkeypatch):
+    url = closed_port_url()
+    assert probe(url) == f"--llm-base-url {url}: nothing answers (connection refused); start the server or pass " \
+                         "another URL"
+    assert probe("localhost:8000") == ("--llm-base-url 'localhost:8000' is not a URL; pass one such as "
+                                       "http://localhost:8000/v1")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert probe(None, api_key=None).startswith("no API key for the OpenAI API: set $OPENAI_API_KEY or pass "
+                                                "--llm-key-file FILE")
+
+
+def test_a_server_that_never_replies_is_told_within_the_timeout():
+    import socket
+    import time
+
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        started = time.monotonic()
+        problem = probe(url, timeout_s=0.5)
+        waited = time.monotonic() - started
+    assert problem == (f"--llm-base-url {url}: no reply within 0.5 s (--llm-timeout); start the server, pass another "
+                       "URL or raise --llm-timeout")
+    assert waited < 5  # one attempt, no retries
+
+
+# -- a reply after the timeout ----------------------------------------------------------------------------------
+
+
+def test_a_reply_after_the_timeout_is_seen_charged_and_kept_not_dropped():
+    from conftest import wait_until
+
+    release = threading.Event()
+    llm = ScriptedLLM().add(Answer(REPLY, hold=release))
+    with LLMServer(llm) as server:
+        client = make_client(server, timeout_s=0.5, max_retries=0)
+        try:
+            with pytest.raises(LLMTimeout, match="no reply within 0.5 s"):
+                ask(client)
+            (record,) = client.timed_out
+            assert (record.key, record.timeout_s, record.ended) == ("a1.r0", 0.5, False)
+            assert (client.usage.timeouts, client.usage.late_replies, client.usage.calls) == (1, 0, 0)
+        finally:
+            release.set()
+        wait_until(lambda: record.ended, "the late reply is recorded", timeout=30)
+    assert record.content == REPLY and record.arrived_s >= 0.5 and not record.failed
+    assert (client.usage.late_replies, client.usage.calls, client.usage.completion_tokens) == (1, 1, 40)
+    assert client.usage.as_metrics()["llm_late_replies"] == 1.0 and len(llm.requests) == 1

@@ -216,3 +216,30 @@ def test_the_example_prompt_in_the_docs_is_what_the_code_renders_now():
                           text=True, timeout=300)
     assert done.returncode == 0, ("docs/llm-prompt.md is out of date: run scripts/llm_prompt_example.py"
                                   + done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("max_tokens", [6000, 2500])
+def test_stages_in_flight_are_shown_with_why_whatever_the_length(max_tokens):
+    tree = hand_built_tree()
+    tree.add(Node("n005", "n002", 3, {**DEFAULTS, "temperature": 0.7}, seed=5, proposer="llm", commit="edited",
+                  status=Status.RUNNING, rationale="optuna fallback: LLM unavailable (no reply within 60 s)"))
+    prompt = user_prompt(tree, max_tokens=max_tokens)
+    section = prompt[prompt.index("# Stages in flight (proposed, not scored yet)"): prompt.index("# What has mattered")]
+    line = next(line for line in section.splitlines() if line.startswith("- n005"))
+    assert line.startswith("- n005 ← n002 (stage 3): running; ") and "temperature=0.7" in line
+    assert line.endswith("; proposed because: optuna fallback: LLM unavailable (no reply within 60 s)")
+    assert "(5 nodes in all, 3 scored, 1 in flight)" in prompt
+    assert sum(line.startswith("- n005") for line in prompt.splitlines()) == 1  # not among the failures too
+
+
+def test_requests_that_timed_out_are_said_before_the_feedback():
+    view = PromptView(suggested="n002", expandable=[None, "n001", "n002"], budget="3 of 8 stages spent",
+                      feedback=["a person rejected the proposal"],
+                      timeouts=["Your reply to request #2 arrived after 74.0 s, past the 60 s timeout, and was "
+                                "discarded (it proposed parent n001 with learning_rate=2e-05); stage n004 was proposed "
+                                "by Optuna (TPE) instead."])
+    prompt = user_prompt(hand_built_tree(), view)
+    assert ("# Your requests that timed out\n\n- Your reply to request #2 arrived after 74.0 s, past the 60 s "
+            "timeout") in prompt
+    assert prompt.index("# Your requests that timed out") < prompt.index("# Feedback on your last proposal")
+    assert "timed out" not in user_prompt(hand_built_tree())

@@ -51,8 +51,8 @@ def make_proposer(tmp_path, workspace):
 
     def build(server, hybrid=False, cache=True, **settings):
         client = LLMClient(
-            LLMSettings(model="scripted", base_url=server.url, api_key="sk-test", timeout_s=1.0, max_retries=1,
-                        **settings),
+            LLMSettings(**{"model": "scripted", "base_url": server.url, "api_key": "sk-test", "timeout_s": 1.0,
+                           "max_retries": 1, **settings}),
             cache=ReplyCache(tmp_path / "replies.jsonl") if cache else None,
         )
         context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, curves=lambda node_id: "reward rising")
@@ -85,13 +85,13 @@ def test_valid_proposal(make_proposer, tree):
 
 
 def test_base_parent_and_edit_applied(make_proposer, tree, workspace):
-    edit = [{"file": "train.py", "search": "per_device_train_batch_size=64",
+    edit = [{"file": "train.py", "search": "per_device_train_batch_size=micro",
              "replace": "per_device_train_batch_size=32"}]
     with serve(reply(parent="base", edit=edit)) as server:
         proposal = make_proposer(server).propose(tree, "n001")
     assert proposal.parent is None
     assert "per_device_train_batch_size=32" in proposal.train_py
-    assert workspace.train_script.read_text().count("per_device_train_batch_size=64") == 1  # nothing written yet
+    assert workspace.train_script.read_text().count("per_device_train_batch_size=micro") == 1  # nothing written yet
 
 
 @pytest.mark.parametrize(("bad", "error"), [
@@ -269,3 +269,66 @@ def test_a_repeat_of_a_sibling_goes_back_to_the_llm_with_the_evidence(make_propo
         proposal = Guarded(make_proposer(server), TEMPLATE.space).propose(tree, None)
         assert proposal.hyperparameters["learning_rate"] == 3e-5
         assert "nearly repeats n003" in json.dumps(server.llm.requests[-1]["messages"])
+
+
+def test_a_reply_after_the_timeout_is_said_in_the_next_prompts_and_counted(make_proposer, tree):
+    """The first request is held past the 1 s timeout: Optuna proposes n003 instead. The next prompt says
+    the reply is still awaited; once it arrives, the one after says it came late, what it proposed, and
+    that it was discarded; after that prompt was answered, it is not said again."""
+    import re
+    import threading
+
+    from conftest import wait_until
+
+    release = threading.Event()
+    llm = ScriptedLLM().add(Answer(reply(parent="n001", temperature=0.8), hold=release), reply(), reply(), reply())
+    with LLMServer(llm) as server:
+        proposer = make_proposer(server, max_retries=0)
+        try:
+            first = proposer.propose(tree, "n001")
+            assert first.optuna_trial is not None
+            assert first.rationale == "optuna fallback: LLM unavailable (no reply within 1 s)"
+            # What the controller does with it: n003, training while the next stage is proposed.
+            tree.add(Node(tree.next_id(), "n001", 2, first.hyperparameters, seed=3, proposer="llm",
+                          commit=tree.nodes["n001"].commit, status=Status.RUNNING, rationale=first.rationale))
+            proposer.propose(tree, "n001")
+        finally:
+            release.set()
+        wait_until(lambda: proposer.client.usage.late_replies == 1, "the late reply arrives", timeout=30)
+        proposer.propose(tree, "n001")
+        proposer.propose(tree, "n001")
+    prompts = [request["messages"][1]["content"] for request in llm.requests]
+    assert len(prompts) == 4 and "timed out" not in prompts[0]
+    assert ("# Your requests that timed out\n\n- Your reply to request #1 did not come within the 1 s timeout; "
+            "stage n003 was proposed by Optuna (TPE) instead. If it still comes, it is discarded.") in prompts[1]
+    assert re.search(r"- Your reply to request #1 arrived after \d+\.\d s, past the 1 s timeout, and was discarded "
+                     r"\(it proposed parent n001 with [^)]*temperature=0\.8[^)]*\); stage n003 was proposed by Optuna "
+                     r"\(TPE\) instead\.", prompts[2])
+    assert "timed out" not in prompts[3]
+    for shown in prompts[1:]:  # the stage Optuna proposed is in flight, and says why
+        assert "- n003 ← n001 (stage 2): running; " in shown
+        assert "proposed because: optuna fallback: LLM unavailable (no reply within 1 s)" in shown
+    usage = proposer.usage()
+    assert (usage["llm_timeouts"], usage["llm_late_replies"], usage["llm_calls"]) == (1, 1, 4)
+    told = [n for n in proposer.notices if "arrived after" in n]
+    assert len(told) == 1 and told[0].startswith("LLM: the reply to request #1 arrived after")
+
+
+def test_a_timed_out_attempt_answered_on_retry_is_said_without_a_fallback(make_proposer, tree):
+    import threading
+
+    from conftest import wait_until
+
+    release = threading.Event()
+    llm = ScriptedLLM().add(Answer(reply(temperature=0.8), hold=release), reply(), reply())
+    with LLMServer(llm) as server:
+        proposer = make_proposer(server, max_retries=1)
+        try:
+            proposal = proposer.propose(tree, "n001")  # the first attempt times out, its retry is answered
+        finally:
+            release.set()
+        assert not proposal.rationale.startswith("optuna fallback")
+        wait_until(lambda: proposer.client.usage.late_replies == 1, "the late reply arrives", timeout=30)
+        proposer.propose(tree, "n001")
+    assert "arrived after" in llm.requests[-1]["messages"][1]["content"]
+    assert "it was sent again and that reply was used." in llm.requests[-1]["messages"][1]["content"]

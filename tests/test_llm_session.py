@@ -108,3 +108,82 @@ def test_llm_session_against_an_openai_reasoning_model(tmp_path, runs_dir):
     assert (first["hyperparameters"]["learning_rate"], second["hyperparameters"]["learning_rate"]) == (2e-5, 4e-5)
     session = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}").get_run(data["mlflow_run_id"])
     assert session.data.metrics["llm_reasoning_tokens"] == 6000 and session.data.metrics["llm_length_retries"] == 0
+
+
+def closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def no_runs_in(runs_dir) -> bool:
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    return client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
+
+
+@pytest.mark.parametrize("case", ["key refused", "unknown model", "nothing answers"])
+def test_an_llm_that_cannot_serve_the_session_stops_it_before_anything_is_created(case, tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    key_file = tmp_path / "key"
+    key_file.write_text("sk-wrong-secret-9876\n" if case == "key refused" else "sk-right-key-1234\n")
+    llm = ScriptedLLM(api_key="sk-right-key-1234", models=("gpt-4o-mini",)).add(reply("base"))
+    with LLMServer(llm) as server:
+        url = closed_port_url() if case == "nothing answers" else server.url
+        model = "gpt-9" if case == "unknown model" else "gpt-4o-mini"
+        done = run_cli("research", "t", "--template", str(template), "--stages", "1", "--name", "stopped",
+                       "--strategy", "llm", "--llm", model, "--llm-base-url", url, "--llm-key-file", str(key_file),
+                       "--llm-timeout", "5")
+    expected = {
+        "key refused": f"error: the LLM endpoint {url} refused the key (HTTP 401); check --llm-key-file or "
+                       "$OPENAI_API_KEY",
+        "unknown model": f"error: model 'gpt-9' is not served at {url} (HTTP 404); pass --llm MODEL with one it serves",
+        "nothing answers": f"error: --llm-base-url {url}: nothing answers (connection refused); start the server or "
+                           "pass another URL",
+    }[case]
+    assert done.returncode == 1 and done.stderr.strip() == expected, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "9876" not in done.stdout + done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert not (runs_dir / "sessions").exists() and no_runs_in(runs_dir)  # no session folder, no MLflow run
+    assert llm.requests == [] and len(llm.probes) == (0 if case == "nothing answers" else 1)
+
+
+def test_llm_fallback_optuna_warns_and_proposes_with_optuna(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    url = closed_port_url()
+    done = run_cli("research", "t", "--template", str(template), "--stages", "1", "--name", "fallback",
+                   "--strategy", "llm", "--llm", "gpt-4o-mini", "--llm-base-url", url, "--llm-timeout", "2",
+                   "--llm-fallback", "optuna", env={"OPENAI_API_KEY": "sk-test"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (f"--llm-base-url {url}: nothing answers (connection refused); start the server or pass another URL: "
+            "proposing with optuna while it fails (--llm-fallback optuna)") in " ".join(done.stdout.split())
+    data = json.loads(run_cli("show", "fallback", "--json").stdout)
+    assert data["status"] == "finished" and data["nodes"][0]["rationale"].startswith("optuna fallback: LLM unavailable")
+
+
+def test_resume_checks_the_endpoint_the_same_way(tmp_path, runs_dir):
+    template = make_template(tmp_path / "tpl", train_py="copy_train.py", evaluate_py="fast_evaluate.py")
+    right, wrong = tmp_path / "right", tmp_path / "wrong"
+    right.write_text("sk-right-key-1234\n")
+    wrong.write_text("sk-wrong-secret-9876\n")
+    llm = ScriptedLLM(api_key="sk-right-key-1234")
+    llm.default = Answer(llm_reply("base", learning_rate=2e-5))
+    with LLMServer(llm) as server:
+        killed = run_cli("research", "t", "--template", str(template), "--stages", "1", "--name", "again",
+                         "--strategy", "llm", "--llm", "scripted", "--llm-base-url", server.url, "--llm-key-file",
+                         str(right), "--llm-timeout", "5", env={"AUTORL_FAULT": "proposal_accepted"})
+        assert killed.returncode == -9, killed.stdout[-2000:] + killed.stderr[-2000:]
+        run_id = json.loads(run_cli("show", "again", "--json").stdout)["mlflow_run_id"]
+        client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+        before = client.get_run(run_id).data.tags
+
+        refused = run_cli("resume", "again", "--llm-key-file", str(wrong))
+        assert refused.returncode == 1, refused.stdout[-2000:] + refused.stderr[-2000:]
+        assert refused.stderr.strip() == (f"error: the LLM endpoint {server.url} refused the key (HTTP 401); check "
+                                          "--llm-key-file or $OPENAI_API_KEY")
+        assert client.get_run(run_id).data.tags == before  # nothing changed: not even the count of resumes
+
+        resumed = run_cli("resume", "again", "--llm-key-file", str(right))
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert json.loads(run_cli("show", "again", "--json").stdout)["status"] == "finished"

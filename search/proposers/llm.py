@@ -8,21 +8,27 @@ Every reply is validated locally (schema, parent, space, edit) before it costs
 compute. An invalid reply goes back with the exact error, at most ``MAX_REPAIRS``
 times; then the proposal is dropped and counted. When the endpoint is down or the LLM
 budget is spent, the stage is proposed by Optuna instead, and the session says so.
+
+A request that timed out is not forgotten: the client leaves it running, and the
+following prompts say so — still awaited, or arrived after N s and discarded (with what
+it proposed), or never came — and which stage Optuna proposed in its place, until a
+prompt that said how it ended has been answered.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from search.context import ContextBuilder, PromptView, prompt
+from search.context import ContextBuilder, PromptView, prompt, values_text
 from search.edits import EditBlock, apply_edit
 from search.errors import ProposalError
-from search.llm import LLMClient, LLMUnavailable
+from search.llm import LLMClient, LLMUnavailable, TimedOut
 from search.proposers.base import Proposal, ProposalDropped
 from search.proposers.tpe import TpeProposer
 from search.space import SearchSpace
@@ -109,6 +115,56 @@ def parse_json_object(text: str) -> dict:
     return value
 
 
+@dataclass
+class LateNote:
+    """A request of this proposer that timed out, as the prompts tell it: what came of it, and what
+    was proposed in its place (``instead``: the fallback's rationale, ``node``: the id its stage got)."""
+
+    record: TimedOut
+    instead: str | None = None  # None: the request was sent again and that reply was used
+    node: str = ""
+    said: bool = False  # a prompt told how it ended, and was answered
+    told: bool = False  # the session was told how it ended
+
+    def request(self) -> str:
+        match = re.fullmatch(r"a(\d+)\.r(\d+)", self.record.key)
+        if not match:
+            return f"request {self.record.key}"
+        return f"request #{match.group(1)}" + (f" (repair {match.group(2)})" if match.group(2) != "0" else "")
+
+    def replaced_by(self, tree: Tree) -> str:
+        if self.instead is None:
+            return "it was sent again and that reply was used"
+        node = tree.nodes.get(self.node)
+        if node is not None and node.rationale == self.instead:
+            return f"stage {node.id} was proposed by Optuna (TPE) instead"
+        return "Optuna (TPE) proposed instead, and that proposal was not run"
+
+    def text(self, tree: Tree) -> str:
+        record = self.record
+        if record.arrived_s is not None:
+            return (f"Your reply to {self.request()} arrived after {record.arrived_s:.1f} s, past the "
+                    f"{record.timeout_s:g} s timeout, and was discarded ({discarded(record.content)}); "
+                    f"{self.replaced_by(tree)}.")
+        if record.failed:
+            return f"Your reply to {self.request()} never came ({record.failed}); {self.replaced_by(tree)}."
+        return (f"Your reply to {self.request()} did not come within the {record.timeout_s:g} s timeout; "
+                f"{self.replaced_by(tree)}. If it still comes, it is discarded.")
+
+
+def discarded(content: str) -> str:
+    """What a discarded late reply proposed, in a few words."""
+    try:
+        value = parse_json_object(content)
+    except ProposalError:
+        return f"{len(content)} characters, not a JSON object"
+    values = value.get("hyperparameters")
+    text = f"it proposed parent {value.get('parent', '?')}"
+    if isinstance(values, dict):
+        text += f" with {values_text(values)}"
+    return text[:300] + ("…" if len(text) > 300 else "")
+
+
 class ScriptSource(Protocol):
     """Reads ``train.py`` as of a commit (the session workspace is one)."""
 
@@ -151,24 +207,34 @@ class LLMProposer:
         self.attempts = 0
         self.budget_text = budget_text
         self._told_fallback: set[str] = set()
+        self.late: list[LateNote] = []  # requests that timed out, until a prompt has said how each ended
 
     # -- proposing ------------------------------------------------------------------------
 
     def propose(self, tree: Tree, parent: str | None) -> Proposal:
+        self.tell_late(tree)
         spent = self.client.spent()
         if spent or self.consecutive_drops >= MAX_CONSECUTIVE_DROPS:
             why = spent or f"{self.consecutive_drops} proposals in a row were invalid"
             self.consecutive_drops = 0
             return self._fallback(tree, parent, why)
-        view = PromptView(suggested=parent, expandable=self.expandable(tree),
-                          budget=self.budget_text(), feedback=self.feedback)
+        shown = [note for note in self.late if not note.said]
+        ended = [note for note in shown if note.record.ended]  # said as they ended once this prompt is answered
+        view = PromptView(suggested=parent, expandable=self.expandable(tree), budget=self.budget_text(),
+                          feedback=self.feedback, timeouts=[note.text(tree) for note in shown])
         messages = self.context.messages(tree, view)
         self.attempts += 1
         for repair in range(MAX_REPAIRS + 1):
+            known = len(self.client.timed_out)
             try:
                 reply = self.client.complete(messages, self.schema, step_key=f"a{self.attempts}.r{repair}")
             except LLMUnavailable as exc:
-                return self._fallback(tree, parent, f"LLM unavailable ({exc})")
+                proposal = self._fallback(tree, parent, f"LLM unavailable ({exc})")
+                self.note_timeouts(known, instead=proposal.rationale, node=tree.next_id())
+                return proposal
+            self.note_timeouts(known)  # an attempt timed out, and another was answered
+            for note in ended:
+                note.said = True
             messages = messages + [{"role": "assistant", "content": reply["content"]}]
             try:
                 proposal = self.validate(reply["content"], tree, truncated=reply.get("finish_reason") == "length")
@@ -191,6 +257,18 @@ class LLMProposer:
         proposal = self.fallback.propose(tree, parent)
         proposal.rationale = f"optuna fallback: {why}"
         return proposal
+
+    def note_timeouts(self, known: int, instead: str | None = None, node: str = "") -> None:
+        """Keep the attempts the last request gave up (the client's records from ``known`` on)."""
+        self.late += [LateNote(record, instead, node) for record in self.client.timed_out[known:]]
+
+    def tell_late(self, tree: Tree) -> None:
+        """Say in the session how each timed-out request ended, once; forget those the LLM was told of."""
+        self.late = [note for note in self.late if not note.said]
+        for note in self.late:
+            if note.record.ended and not note.told:
+                note.told = True
+                self.notify("LLM: " + note.text(tree).replace("Your reply", "the reply", 1))
 
     def source_of(self, tree: Tree, node_id: str | None) -> tuple[str, str]:
         """The train.py a child of ``node_id`` starts from, and its commit."""
@@ -284,7 +362,7 @@ class LLMProposer:
                              f"failure. {evidence}. Propose something outside that region")
 
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
-        fail_orphan_trials(self.study, tree)
+        fail_orphan_trials(self.study, tree, set(self.space.params))
         self.client.usage.restore(session_metrics)
         self.dropped = int(session_metrics.get("llm_dropped_proposals", 0))
 
