@@ -59,6 +59,66 @@ def test_bad_options_are_refused_before_anything_is_created(tmp_path, args, frag
     assert not runs.exists()
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    # what the parser refuses, in every command: the same one line as the config's errors
+    (["research", "t", "--stages", "abc"], "error: --stages: should be a valid integer (got 'abc')"),
+    (["research", "t", "-n", "abc"], "error: --stages: should be a valid integer (got 'abc')"),
+    (["research", "t", "--train-steps", "1.5"], "error: --train-steps: should be a valid integer (got '1.5')"),
+    (["research", "t", "--seed", "x"], "error: --seed: should be a valid integer (got 'x')"),
+    (["research", "t", "--max-depth", "deep"], "error: --max-depth: should be a valid integer"),
+    (["research", "t", "--leaf-width", "w"], "error: --leaf-width: should be a valid integer"),
+    (["research", "t", "--patience", "p"], "error: --patience: should be a valid integer"),
+    (["research", "t", "--parallel", "two"], "error: --parallel: should be a valid integer (got 'two')"),
+    (["research", "t", "--max-llm-tokens", "many"], "error: --max-llm-tokens: should be a valid integer"),
+    (["research", "t", "--trial-memory", "lots"], "error: --trial-memory: should be a valid number (got 'lots')"),
+    (["research", "t", "--trial-cpus", "x"], "error: --trial-cpus: should be a valid number"),
+    (["research", "t", "--target", "high"], "error: --target: should be a valid number (got 'high')"),
+    (["research", "t", "--llm-timeout", "soon"], "error: --llm-timeout: should be a valid number"),
+    (["research", "t", "--max-llm-cost", "$1"], "error: --max-llm-cost: should be a valid number (got '$1')"),
+    (["research", "t", "--stages"], "error: --stages: requires an argument"),
+    (["research", "t", "--schedule-prior=yes"], "error: --schedule-prior: does not take a value"),
+    (["research", "t", "--stagse", "3"], "error: --stagse: no such option of `autorl research` (did you mean"),
+    (["research"], "error: TOPIC: missing; see `autorl research --help`"),
+    (["resume", "s", "--parallel", "0"], "error: --parallel: should be greater than or equal to 1 (got '0')"),
+    (["resume", "s", "--parallel", "z"], "error: --parallel: should be a valid integer (got 'z')"),
+    (["resume", "s", "--wait=1"], "error: --wait: does not take a value"),
+    (["show"], "error: NAME: missing; see `autorl show --help`"),
+    (["show", "s", "--json", "yes"], "error: got unexpected extra argument(s) (yes); see `autorl show --help`"),
+    (["ls", "--jsn"], "error: --jsn: no such option of `autorl ls` (did you mean --json?)"),
+    (["report", "s", "--open=now"], "error: --open: does not take a value"),
+    (["init"], "error: DIRECTORY: missing"),
+    (["server", "up", "--port", "http"], "error: --port: should be a valid integer (got 'http')"),
+    (["server", "up", "--pg-port", "5433.5"], "error: --pg-port: should be a valid integer"),
+    (["server", "up", "--ray-cpus", "all"], "error: --ray-cpus: should be a valid integer (got 'all')"),
+    (["server", "start"], "error: no such command 'start' (did you mean 'status'?); see `autorl server --help`"),
+    (["serve"], "error: no such command 'serve' (did you mean 'server'?); see `autorl --help`"),
+    (["frobnicate"], "error: no such command 'frobnicate'; see `autorl --help`"),
+    (["--verbose", "ls"], "error: --verbose: no such option of `autorl`"),
+])
+def test_every_value_the_parser_refuses_is_one_line(tmp_path, monkeypatch, args, line):
+    """Not click's usage box: one line on stderr starting `error: `, exit code 1, nothing made."""
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("AUTORL_RUNS_DIR", str(tmp_path / "fresh-runs"))
+    result = runner.invoke(app, args, prog_name="autorl")
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith(line), result.stderr
+    assert "Usage:" not in result.stderr and "Traceback" not in result.stderr and not result.stdout
+    assert not (tmp_path / "fresh-runs").exists() and list((tmp_path / "cwd").iterdir()) == []
+
+
+def test_the_installed_command_says_it_the_same_way():
+    """The real process (the console script's `app`), as a person types it in the README."""
+    done = run_cli("research", "t", "--stages", "abc")
+    assert done.returncode == 1 and done.stderr == "error: --stages: should be a valid integer (got 'abc')\n"
+
+
+def test_help_is_still_help():
+    assert runner.invoke(app, ["research", "--help"]).exit_code == 0
+    bare = runner.invoke(app, [])  # no command: the list of commands, not an error line
+    assert "Commands" in bare.output and "error:" not in bare.output
+
+
 def test_an_empty_topic_is_refused(tmp_path):
     runs = tmp_path / "fresh-runs"
     assert_clean_error(*invoke("research", "  ", "--runs-dir", str(runs)), "TOPIC: the topic is empty")

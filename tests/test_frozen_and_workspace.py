@@ -21,14 +21,14 @@ def test_workspace_is_a_git_repo_with_the_template(workspace):
 
 def test_train_script_commits_and_diff(workspace):
     original = workspace.head
-    text = workspace.train_script.read_text().replace("per_device_train_batch_size=64",
+    text = workspace.train_script.read_text().replace("per_device_train_batch_size=micro",
                                                       "per_device_train_batch_size=32")
     commit = workspace.commit_train_script(text, "smaller batch")
     assert commit != original and workspace.head == commit
     diff = workspace.diff_from_template(commit)
-    assert "-        per_device_train_batch_size=64" in diff and "+        per_device_train_batch_size=32" in diff
+    assert "-        per_device_train_batch_size=micro" in diff and "+        per_device_train_batch_size=32" in diff
     assert workspace.diff_from_template(original) == ""
-    assert "per_device_train_batch_size=64" in workspace.train_script_at(original)
+    assert "per_device_train_batch_size=micro" in workspace.train_script_at(original)
 
 
 @pytest.mark.parametrize("change", ["modify", "modify keeping size and mtime", "delete", "add"])

@@ -88,8 +88,12 @@ class JsonlMetrics(TrainerCallback):
             handle.write(json.dumps(record) + "\n")
 
 
-def build_config(spec: dict) -> GRPOConfig:
+def build_config(spec: dict, constants: dict) -> GRPOConfig:
     hp = spec["hyperparameters"]
+    # completions per optimizer step, trained micro_batch at a time: the logits of a whole
+    # step at once (completions x tokens x vocabulary) can outgrow the trial's memory
+    per_step = constants["stage"]["completions_per_step"]
+    micro = min(constants["stage"].get("micro_batch", per_step), per_step)
     return GRPOConfig(
         output_dir=str(Path(spec["output_dir"]) / "trainer"),
         learning_rate=hp["learning_rate"],
@@ -99,7 +103,8 @@ def build_config(spec: dict) -> GRPOConfig:
         max_completion_length=hp["max_completion_length"],
         loss_type=hp["loss_type"],
         max_steps=spec["max_steps"],
-        per_device_train_batch_size=64,  # completions per step: 64 / num_generations prompts
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=per_step // micro,
         seed=spec["seed"],
         logging_steps=1,
         save_strategy="no",
@@ -128,7 +133,7 @@ def main() -> None:
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=groups.funcs,
-        args=build_config(spec),
+        args=build_config(spec, constants),
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[metrics],
