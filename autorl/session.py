@@ -14,6 +14,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from functools import cache, partial
+from importlib import metadata
 from typing import Callable
 
 from autorl import faults
@@ -108,10 +109,14 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))),
         train_py=workspace.train_script_at(workspace.root_commit), diff=cache(workspace.diff_from_template),
         noise=template_noise(template), max_depth=config.max_depth, hybrid=hybrid,
+        train_size=template.constants.get("stage", {}).get("train_size"),
+        completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
+        trl_version=metadata.version("trl"),  # read here: search/ never imports trl
+        policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
     )
     return LLMProposer(
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
-        budget_text=budget.describe, notify=notify, seed=seed,
+        budget_text=budget.for_proposer, notify=notify, seed=seed,
     )
 
 

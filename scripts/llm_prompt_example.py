@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +63,10 @@ def prompt_after(record: dict, count: int) -> tuple[str, str]:
                              curves=lambda node_id: record["curves"].get(node_id, "(no metrics)"),
                              train_py=(template.path / "train.py").read_text(),
                              diff=lambda commit: record["diffs"].get(commit, ""), noise=template_noise(template),
-                             max_depth=MAX_DEPTH, hybrid=True)
+                             max_depth=MAX_DEPTH, hybrid=True,
+                             train_size=template.constants.get("stage", {}).get("train_size"),
+                             completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
+                             trl_version=metadata.version("trl"))
     stages = record["stages"] * 2
     view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH).select(tree, stages - count, stages),
                       expandable=[None] + [n.id for n in tree.scored() if n.depth < MAX_DEPTH],

@@ -3,21 +3,29 @@
 The prompt is built in two parts, in this order, so that a provider's prompt cache
 (an identical prefix) applies to every request of a session:
 
-1. what never changes in a session: the rules, the reply task, the research brief, the
-   search space, how noisy a score is, and the template's ``train.py``;
+1. what never changes in a session: the rules, the reply task (with ``hybrid``, what
+   Optuna's TPE does with the ranges, near-uniform draws during its start-up included),
+   the research brief, the search space, what a stage trains on (the training-set size,
+   the TRL version) and what its curves measure (at the stage's own temperature), how
+   noisy a score is, and the template's ``train.py``;
 2. what changes with every stage: the budget left, the depth limit and the nodes at it,
-   the tree (one line a node, an edited node with a summary of its diff), the stages in
-   flight (proposed, not scored yet: never dropped, so a proposal does not repeat one
-   blindly), a block for each candidate parent (path, exact values, validation ± SE, the
-   paired comparison with its parent, diagnosis findings with evidence, curve summary,
-   the diff of its ``train.py``), recent failures, what became of requests that timed
-   out (a late reply is discarded; what was proposed instead), and feedback on the last
-   proposal.
+   which node is scored on test at the end (the best by validation) and, with
+   ``hybrid``, whether TPE is still in its start-up; the tree (one line a node, an edited
+   node with a summary of its diff), the stages in flight (proposed, not scored yet: never
+   dropped, so a proposal does not repeat one blindly), what has mattered (fANOVA from
+   ``MIN_STAGES`` scored stages, a rough early estimate from ``EARLY_STAGES``), the tree
+   policy's pick with the reason for it, and a block for the pick, the best node and the
+   nodes on its path (marked when they can no longer be extended) and the next best
+   nodes (path, exact values, validation ± SE, the paired comparison with its parent,
+   diagnosis findings with evidence, curve summary, the diff of its ``train.py``), recent
+   failures, what became of requests that timed out (a late reply is discarded; what was
+   proposed instead), and feedback on the last proposal.
 
 Prompts are files in ``search/prompts/``; this module fills them in and keeps the user
 message within a token budget (about 4 characters a token), dropping the least useful
-parts first: the curves of lower-ranked candidates, then candidates, then tree lines
-and failures, then the middle of long diffs and of ``train.py``.
+parts first: the curves of lower-ranked blocks (the pick's, the best node's and its
+path's go last), then blocks, then tree lines and failures, then the middle of long
+diffs and of ``train.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +35,11 @@ from pathlib import Path
 from string import Template as Text
 from typing import Callable
 
-from search.importance import importance_text, param_importance
+from search.importance import MIN_STAGES, fits, gains, importance_text, param_importance
 from search.novelty import TOLERANCE
+from search.policy import BestFirstPolicy
 from search.space import SearchSpace
+from search.study import N_STARTUP_TRIALS
 from search.tree import Node, Status, Tree, findings_text
 
 PROMPTS = Path(__file__).with_name("prompts")
@@ -37,6 +47,7 @@ CHARS_PER_TOKEN = 4
 MAX_DIFF_CHARS = 2500
 STATIC_END = "<!-- everything above is the same in every request of this session -->"
 IN_FLIGHT = (Status.PENDING, Status.RUNNING, Status.INTERRUPTED)  # proposed, not ended: no score yet
+EARLY_STAGES = 3  # scored stages before a rough early estimate of what mattered (fANOVA needs MIN_STAGES)
 
 
 def prompt(name: str, **values) -> str:
@@ -67,6 +78,108 @@ def diff_summary(diff: str) -> str:
     removed = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
     first = next((line for line in added if line), next((line for line in removed if line), ""))
     return f"+{len(added)}/-{len(removed)} lines, e.g. `{first[:80]}`"
+
+
+def _ranks(values: list[float]) -> list[float]:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def rank_correlation(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rank correlation (None when either side does not vary).
+
+    >>> round(rank_correlation([1e-5, 1e-4, 1e-3], [0.05, 0.01, -0.3]), 9)
+    -1.0
+    """
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sx = sum((r - mx) ** 2 for r in rx) ** 0.5
+    sy = sum((r - my) ** 2 for r in ry) ** 0.5
+    if not sx or not sy:
+        return None
+    return sum((a - mx) * (b - my) for a, b in zip(rx, ry)) / (sx * sy)
+
+
+def early_importance_text(observed: list[tuple[dict, float]], space: SearchSpace) -> str:
+    """What a handful of scored stages say about each parameter that varied among them: for a
+    numeric one, the rank correlation of its value with the gain over the parent; for a
+    categorical one, the mean gain at each value tried. Labelled as rough, with its count."""
+    lines = []
+    for name, param in space.params.items():
+        values = [v[name] for v, _ in observed]
+        if len({repr(v) for v in values}) < 2:
+            continue
+        gain = [g for _, g in observed]
+        if param.type == "categorical":
+            means = []
+            for choice in param.choices:
+                got = [g for v, g in zip(values, gain) if v == choice]
+                if got:
+                    means.append((sum(got) / len(got), f"{sum(got) / len(got):+.3f} at {choice!r} ({len(got)})"))
+            spread = max(m for m, _ in means) - min(m for m, _ in means)
+            lines.append(((1, -spread), f"- {name}: mean gain " + ", ".join(text for _, text in means)))
+        else:
+            rho = rank_correlation([float(v) for v in values], gain)
+            if rho is None:
+                continue
+            lines.append(((0, -abs(rho)), f"- {name}: rank correlation {rho:+.2f} with the gain (values "
+                                           f"{min(values):.3g} to {max(values):.3g})"))
+    if not lines:
+        return f"(nothing to compare yet: the {len(observed)} scored stages all ran the same values)"
+    lines.sort(key=lambda line: line[0])  # numeric by the size of the correlation, then categorical by spread
+    return (f"A rough early estimate from {len(observed)} scored stages (fANOVA's shares need {MIN_STAGES}): how "
+            "each parameter that varied went with the stage's validation gain over its parent (numeric: rank "
+            "correlation, +1 = higher values gained more; categorical: mean gain at each value, with the number "
+            "of stages). Several parameters changed at once between these stages, and one more stage can reverse "
+            "a sign: read it as a hint, not a finding.\n" + "\n".join(text for _, text in lines))
+
+
+def mattered_text(tree: Tree, space: SearchSpace) -> str:
+    """fANOVA's shares from ``MIN_STAGES`` scored stages; before that, from ``EARLY_STAGES``, a
+    rough early estimate; before that, why there is none."""
+    observed = [(values, gain) for values, gain in gains(tree) if all(fits(space, n, values) for n in space.params)]
+    importance = param_importance(tree, space)
+    if importance is not None:
+        return importance_text(importance, len(observed))
+    if len(observed) < EARLY_STAGES:
+        return (f"(not yet: {len(observed)} stage{'s' * (len(observed) != 1)} scored against a scored parent; a rough "
+                f"early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
+    return early_importance_text(observed, space)
+
+
+def facts_text(space: SearchSpace, train_size: int | None, completions_per_step: int | None,
+               trl_version: str | None) -> str:
+    """What a stage trains on and what its curves measure: the same in every request of a session."""
+    lines = []
+    if train_size is not None:
+        line = (f"- Training data: each stage's train.py gets {train_size:,} training prompts (the template's "
+                "`train_size`, frozen in env/constants.toml).")
+        steps, group = space.named("steps"), space.named("group_size")
+        if completions_per_step and steps and group:
+            line += (f" A stage of `{steps}` steps with `{group}` completions per prompt uses {steps} × "
+                     f"{completions_per_step} / {group} of them ({completions_per_step} completions a step).")
+        lines.append(line)
+    if trl_version:
+        lines.append(f"- TRL {trl_version} is installed: an edit of train.py may use only the GRPOConfig and "
+                     "GRPOTrainer arguments that this version has.")
+    temperature = space.named("temperature")
+    rollouts = f"sampled at the stage's own `{temperature}`" if temperature else "sampled as the stage samples"
+    lines.append(f"- A stage's curves (reward, reward_std, entropy, completion lengths, zero-variance groups) are "
+                 f"measured on its own rollouts, {rollouts}: the same policy usually shows a lower reward and a higher "
+                 "entropy at a higher temperature, so compare curves across stages only at equal temperatures. "
+                 "The validation score does not depend on it (the frozen evaluator decodes the same way for every "
+                 "node).")
+    return "\n".join(lines)
 
 
 @dataclass
@@ -116,7 +229,9 @@ class ContextBuilder:
 
     def __init__(self, program: str, topic: str, space: SearchSpace, curves: Callable[[str], str],
                  max_tokens: int = 6000, train_py: str = "", diff: Callable[[str], str] = lambda commit: "",
-                 noise: Noise | None = None, max_depth: int = 3, hybrid: bool = False):
+                 noise: Noise | None = None, max_depth: int = 3, hybrid: bool = False,
+                 train_size: int | None = None, completions_per_step: int | None = None,
+                 trl_version: str | None = None, policy: BestFirstPolicy | None = None):
         self.program = program
         self.topic = topic
         self.space = space
@@ -127,6 +242,10 @@ class ContextBuilder:
         self.noise = noise or Noise()
         self.max_depth = max_depth
         self.hybrid = hybrid
+        self.train_size = train_size
+        self.completions_per_step = completions_per_step
+        self.trl_version = trl_version  # read by the application (search/ never imports trl)
+        self.policy = policy or BestFirstPolicy(max_depth)  # to say why the tree policy picked what it did
 
     # -- the part that never changes ------------------------------------------------------------
 
@@ -135,8 +254,9 @@ class ContextBuilder:
 
     def static(self, tree: Tree, train_py: str | None = None) -> str:
         return prompt(
-            "static", task=prompt("task_hybrid" if self.hybrid else "task_llm").strip(),
+            "static", task=prompt("task_hybrid" if self.hybrid else "task_llm", startup=N_STARTUP_TRIALS).strip(),
             program=self.program.strip(), topic=self.topic, space=space_text(self.space),
+            facts=facts_text(self.space, self.train_size, self.completions_per_step, self.trl_version),
             noise=self.noise.text(tree), train_py=self.train_py if train_py is None else train_py,
         ).strip() + "\n\n" + STATIC_END
 
@@ -194,23 +314,63 @@ class ContextBuilder:
         text = f"A path has at most {self.max_depth} stages: a node at stage {self.max_depth} cannot be extended."
         return text + (f" At the limit now: {', '.join(full)}." if full else " No node is at the limit yet.")
 
-    def candidates(self, tree: Tree, view: PromptView, count: int) -> list[str | None]:
-        """The policy's pick first, then the best expandable nodes by score."""
-        ranked = sorted((e for e in view.expandable if e is not None), key=lambda e: tree.nodes[e].val_score,
-                        reverse=True)
-        chosen: list[str | None] = [view.suggested]
-        chosen += [e for e in ranked if e not in chosen][: max(0, count - len(chosen))]
-        return chosen + ([None] if None in view.expandable and None not in chosen else [])  # the base: one line
+    def winner_text(self, tree: Tree) -> str:
+        """Which node the session's result is: the best by validation, scored once on test at the end."""
+        rule = ("At the end, the node with the best validation score (ties: the earlier one) is scored once on the "
+                "test split, and that is the session's result")
+        best = tree.best()
+        if best is None:
+            return rule + "; no node is scored yet."
+        limit = ", at the depth limit" if best.depth >= self.max_depth else ""
+        return rule + f". Now: {best.id} ({best.val_score:.3f} ± {best.val_stderr:.3f}{limit})."
+
+    def tpe_text(self, tree: Tree) -> str:
+        """With ``hybrid``: whether TPE's next draw is still its start-up's uniform one."""
+        if not self.hybrid:
+            return ""
+        scored = len(tree.scored())
+        if scored < N_STARTUP_TRIALS:
+            return (f"\nOptuna's TPE has {scored} scored stage{'s' * (scored != 1)} to learn from: until "
+                    f"{N_STARTUP_TRIALS} are scored it draws uniformly inside your ranges (its start-up).")
+        return (f"\nOptuna's TPE learns from {scored} scored stages (past its start-up of {N_STARTUP_TRIALS}); "
+                "with this few it still draws widely inside your ranges.")
+
+    def detailed(self, tree: Tree, view: PromptView) -> list[str]:
+        """The nodes shown in a block, most useful first: the tree policy's pick, the best node
+        and the nodes on its path (nearest first), then every other scored node by score,
+        whether it can be extended or not (a block says which)."""
+        order: list[str] = [view.suggested] if view.suggested is not None else []
+        best = tree.best()
+        if best is not None:
+            order += [n.id for n in reversed(tree.path(best.id))]
+        order += [n.id for n in sorted(tree.scored(), key=lambda n: n.val_score, reverse=True)]
+        return list(dict.fromkeys(order))
+
+    def roles(self, tree: Tree, node_id: str | None, view: PromptView) -> list[str]:
+        roles = ["the tree policy's pick"] if node_id == view.suggested else []
+        if node_id is None:
+            return roles
+        best = tree.best()
+        if best is not None and node_id == best.id:
+            roles.append("best validation so far")
+        elif best is not None and node_id in {n.id for n in tree.path(best.id)}:
+            roles.append("on the best path")
+        if node_id not in view.expandable:
+            node = tree.nodes[node_id]
+            roles.append("at the depth limit: cannot be extended" if node.depth >= self.max_depth
+                         else "cannot be extended")
+        return roles
 
     def candidate_block(self, tree: Tree, node_id: str | None, view: PromptView, curves: bool) -> str:
-        pick = " — the tree policy's pick" if node_id == view.suggested else ""
+        roles = self.roles(tree, node_id, view)
+        heading = (" — " + "; ".join(roles)) if roles else ""
         if node_id is None:
             base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
-            return (f"## base{pick}\n- the base model: validation {base}; "
+            return (f"## base{heading}\n- the base model: validation {base}; "
                     f"{len(tree.children(None))} first stages started from it; train.py: the template's")
         node = tree.nodes[node_id]
         path = " → ".join(["base", *(n.id for n in tree.path(node_id))])
-        lines = [f"## {node_id}{pick}", f"- path: {path} (stage {node.depth} of at most {self.max_depth})",
+        lines = [f"## {node_id}{heading}", f"- path: {path} (stage {node.depth} of at most {self.max_depth})",
                  f"- values: {values_text(node.hyperparameters)}",
                  f"- validation: {node.val_score:.3f} ± {node.val_stderr:.3f}; {node.steps} GRPO steps"]
         if node.comparison:
@@ -221,28 +381,39 @@ class ContextBuilder:
             lines.append(f"- why it was proposed: {node.rationale[:300]}")
         lines.append("- diagnosis:\n" + _indent(findings_text(node.diagnosis)))
         if curves:
-            lines.append("- curves of its stage:\n" + _indent(self.curves(node_id)))
+            temperature = self.space.named("temperature")
+            value = node.hyperparameters.get(temperature) if temperature else None
+            written = f"{value:.3g}" if isinstance(value, float) else exact(value)
+            sampled = f" (rollouts at {temperature} {written})" if value is not None else ""
+            lines.append(f"- curves of its stage{sampled}:\n" + _indent(self.curves(node_id)))
         diff = self.diff(node.commit).strip() if node.commit else ""
         lines.append("- train.py: the template's" if not diff else
                      f"- train.py: the template's with this diff (commit {node.commit[:10]}):\n```diff\n"
                      f"{_clip(diff, MAX_DIFF_CHARS)}\n```")
         return "\n".join(lines)
 
+    def pick_text(self, tree: Tree, view: PromptView) -> str:
+        reason = self.policy.reason(tree, view.suggested)
+        return (f"The tree policy picks **{view.suggested or 'base'}**: {reason}. It is a rule of thumb, not a "
+                "verdict; you may choose any expandable node.")
+
     def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str) -> str:
         base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
-        chosen = self.candidates(tree, view, shape["candidates"])
-        blocks = [self.candidate_block(tree, c, view, curves=i < shape["curves"]) for i, c in enumerate(chosen)]
+        shown = self.detailed(tree, view)[: shape["blocks"]]
+        blocks = [self.candidate_block(tree, n, view, curves=i < shape["curves"]) for i, n in enumerate(shown)]
+        if None in view.expandable:  # the base model: one line, first when it is the pick
+            line = self.candidate_block(tree, None, view, curves=False)
+            blocks = [line, *blocks] if view.suggested is None else [*blocks, line]
         expandable = ", ".join(e or "base" for e in view.expandable)
-        pick = (f"The tree policy picks **{view.suggested or 'base'}** (UCT over validation scores; you may choose "
-                "any expandable node).")
         feedback = ("\n\n# Feedback on your last proposal\n\n" + "\n".join(f"- {f}" for f in view.feedback[-5:])
                     if view.feedback else "")
         timeouts = ("\n\n# Your requests that timed out\n\n" + "\n".join(f"- {t}" for t in view.timeouts[-5:])
                     if view.timeouts else "")
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
+            winner=self.winner_text(tree), tpe=self.tpe_text(tree),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
-            pick=pick, expandable=expandable,
+            pick=self.pick_text(tree, view), expandable=expandable,
             candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",
             timeouts=timeouts, feedback=feedback,
         ).strip()
@@ -250,7 +421,7 @@ class ContextBuilder:
     def messages(self, tree: Tree, view: PromptView) -> list[dict]:
         budget_chars = self.max_tokens * CHARS_PER_TOKEN
         static = self.static(tree)
-        mattered = importance_text(param_importance(tree, self.space), len(tree.scored()))  # once: it fits a forest
+        mattered = mattered_text(tree, self.space)  # once: it fits a forest
         for shape in SHAPES:
             user = static + "\n\n" + self.dynamic(tree, view, shape, mattered)
             if len(user) <= budget_chars:
@@ -266,12 +437,12 @@ class ContextBuilder:
 
 # From the fullest prompt to the leanest: what is dropped first comes first.
 SHAPES = [
-    {"candidates": 4, "curves": 3, "lines": 30, "failures": 5},
-    {"candidates": 4, "curves": 2, "lines": 20, "failures": 5},
-    {"candidates": 3, "curves": 1, "lines": 12, "failures": 3},
-    {"candidates": 2, "curves": 1, "lines": 8, "failures": 2},
-    {"candidates": 1, "curves": 1, "lines": 4, "failures": 1},
-    {"candidates": 1, "curves": 0, "lines": 2, "failures": 0},
+    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5},
+    {"blocks": 5, "curves": 3, "lines": 20, "failures": 5},
+    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3},
+    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2},
+    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1},
+    {"blocks": 1, "curves": 0, "lines": 2, "failures": 0},
 ]
 
 

@@ -26,7 +26,8 @@ class EditBlock(BaseModel):
 
 
 def apply_edit(source: str, blocks: list[EditBlock]) -> str:
-    """Apply ``blocks`` in order to ``source`` and return the new text.
+    """Apply ``blocks`` in order to ``source`` and return the new text (ending with a newline
+    when ``source`` does).
 
     >>> apply_edit("a = 1\\nb = 2\\n", [EditBlock(search="b = 2", replace="b = 3")])
     'a = 1\\nb = 3\\n'
@@ -45,6 +46,8 @@ def apply_edit(source: str, blocks: list[EditBlock]) -> str:
                 f"from the current file and include enough lines to make it unique: {block.search[:200]!r}"
             )
         text = text.replace(block.search, block.replace, 1)
+    if source.endswith("\n") and not text.endswith("\n"):
+        text += "\n"  # a block whose search ran to the end of the file took its final newline with it
     if text == source:
         raise ProposalError("the edit changes nothing")
     try:

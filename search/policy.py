@@ -11,9 +11,12 @@ Failed children count as visits, so a node whose stages keep crashing is tried l
 Ties are broken by an RNG seeded from the session seed and the node count, so a search
 is reproducible for a seed, also across a resume.
 
-Fresh roots: the base model is a candidate like any node, and until ``min_roots``
-first stages exist it is chosen outright, so the search never bets everything on one
-first stage.
+Fresh roots: the base model is a candidate like any node, and the session's first
+``min_roots`` stages start from it outright, so the search never bets everything on one
+first stage. The rule holds only while every stage so far started from the base model:
+a proposer that may choose another parent (the LLM) and extended a first stage instead is
+not told "base" again and again on the rule's account (UCT decides from then on), and
+the rule never spends the budget's last stage on a root that could not be extended.
 
 Diagnosis steers it: a node that is worse than its parent beyond noise, or whose
 stage shows a critical pathology (reward collapse, non-finite values, no gradient,
@@ -66,17 +69,53 @@ class BestFirstPolicy:
         bonus = self.exploration * share_left * stderr * math.sqrt(math.log(len(tree.nodes) + 1) / (visits + 1))
         return (tree.score_of(node_id) or 0.0) + bonus
 
+    def wants_root(self, tree: Tree) -> bool:
+        """Whether the fresh-roots rule picks the base model: fewer than ``min_roots`` stages
+        exist and every one of them started from the base model."""
+        return len(tree.nodes) < self.min_roots and all(n.parent is None for n in tree.nodes.values())
+
     def select(self, tree: Tree, stages_left: int | None = None, stages: int | None = None) -> str | None:
         """The node to extend; ``stages_left`` of ``stages`` make the choice budget-aware."""
-        if len(tree.children(None)) < self.min_roots:
-            return None
         if not self.budget_aware:
             stages_left = None
         candidates = self.candidates(tree)
         if stages_left is not None and stages_left < 2 and len(candidates) > 1:
             candidates.remove(None)  # a fresh root could not be extended before the budget ends
+        if None in candidates and self.wants_root(tree):
+            return None
         share_left = min(1.0, stages_left / stages) if stages_left is not None and stages else 1.0
         values = {c: self.value(tree, c, share_left) for c in candidates}
         top = max(values.values())
         best = [c for c in candidates if math.isclose(values[c], top, abs_tol=1e-12)]
         return random.Random(f"policy:{self.seed}:{len(tree.nodes)}").choice(best)  # same pick after a resume
+
+    def reason(self, tree: Tree, pick: str | None) -> str:
+        """Why ``pick`` (what ``select`` returned) is the pick, in one sentence for a reader who may
+        choose another parent: the rule that made it, or how its score and bonus compare."""
+        if pick is None and self.wants_root(tree):
+            return (f"the session's first {self.min_roots} stages start from the base model, so that the search does "
+                    "not bet on one first stage; this says nothing about the base model's score")
+        candidates = self.candidates(tree)
+        others = [c for c in candidates if c != pick]
+        if pick is None and not others:
+            return ("no node can be extended by the policy's rules (each is at the depth limit, worse than its "
+                    "parent, or has a critical finding)")
+        rule = ("UCT: validation score plus an exploration bonus of a few standard errors, larger for a node with "
+                "fewer children and shrinking as the budget runs out; nodes worse than their parent or with a "
+                "critical finding are skipped")
+        leader = max(candidates, key=lambda c: (tree.score_of(c) or 0.0))
+        if (tree.score_of(leader) or 0.0) <= (tree.score_of(pick) or 0.0):
+            return f"the best score among the nodes it would extend ({rule})"
+        return (f"{leader or 'base'} scores higher ({_score(tree, leader)} against {_score(tree, pick)}), but "
+                f"{pick or 'base'} has {_children(tree, pick)} against {len(tree.children(leader))}, so its "
+                f"exploration bonus puts it first ({rule})")
+
+
+def _score(tree: Tree, node_id: str | None) -> str:
+    stderr = tree.stderr_of(node_id)
+    return f"{tree.score_of(node_id) or 0.0:.3f}" + (f" ± {stderr:.3f}" if stderr is not None else "")
+
+
+def _children(tree: Tree, node_id: str | None) -> str:
+    count = len(tree.children(node_id))
+    return f"{count} child" + ("" if count == 1 else "ren")

@@ -74,3 +74,15 @@ def test_a_session_trains_at_most_its_step_budget(tmp_path, runs_dir):
     assert data["train_steps_spent"] == trained and 60 - 40 <= trained <= 60
     assert data["nodes"][0]["steps"] == 40 and "training-step budget spent" in data["reason"]
     assert all(n["steps"] == n["hyperparameters"]["max_steps"] for n in data["nodes"])
+
+
+def test_the_proposer_is_told_how_the_session_ends():
+    """A proposal that uses up the steps gets no successor and its result is never shown: the
+    LLM reads that in its budget line (autorl/session.py hands it ``for_proposer``)."""
+    budget = Budget(max_train_steps=60, min_stage_steps=10)
+    budget.charge_stage("n001", 40)
+    budget.settle("n001", 40)
+    text = budget.for_proposer()
+    assert text.startswith("40 of 60 GRPO training steps spent (20 left)")
+    assert "ends when fewer than 10 steps are left" in text and "scored once on the test split" in text
+    assert Budget(max_stages=3).for_proposer() == Budget(max_stages=3).describe()

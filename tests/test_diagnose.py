@@ -169,3 +169,48 @@ def test_a_curve_finding_whose_checkpoint_held_on_validation_is_only_a_warning(c
     assert held[finding].severity == "warning" and "validation did not fall" in held[finding].evidence
     fell = {f.name: f for f in diagnose(records, paired_comparison(items([1] * 300 + [0] * 700), parent))}
     assert fell[finding].severity == "critical"
+
+
+# -- what a diagnosis may suggest, and a rise that is only noise ------------------------------
+
+def test_every_suggestion_is_something_a_proposal_can_change():
+    """The reward functions, the prompts and everything under env/ are frozen: a suggestion names
+    hyperparameters, an edit of train.py or which node to continue from."""
+    streams = [stream(entropy=lambda i: 0.3 * 0.7 ** i), stream(reward=lambda i: 0.6),
+               stream(frac_reward_zero_std=lambda i: 0.95), stream(kl=lambda i: 0.001 if i < 10 else 0.5),
+               stream(**{"completions/clipped_ratio": lambda i: 0.8}),
+               stream(**{"completions/mean_length": lambda i: 7.0 + 2 * i}),
+               stream(loss=lambda i: math.nan if i == 5 else 0.01),
+               stream(grad_norm=lambda i: 500.0 if i == 12 else 1.0),
+               stream(reward=lambda i: 0.7 if i < 10 else 0.1)]
+    worse = paired_comparison(items([1] * 500 + [0] * 500), items([1] * 600 + [0] * 400))
+    found = [f for s in streams for f in diagnose(s)] + diagnose(stream(reward=lambda i: 0.3 + 0.03 * i), worse)
+    assert {f.name for f in found} >= {"entropy_collapse", "reward_plateau", "zero_variance_groups", "kl_blowup",
+                                       "length_truncation", "length_explosion", "non_finite", "grad_norm_spikes",
+                                       "reward_collapse", "train_eval_divergence", "regression"}
+    for finding in found:
+        text = finding.suggestion.lower()
+        assert not any(word in text for word in ("tighten", "penalis", "reward function", "prompts", "inspect",
+                                                  "check for", "env/")), (finding.name, text)
+        assert any(word in text for word in ("learning rate", "temperature", "beta", "num_generations", "max_",
+                                             "train.py", "parent", "node", "steps", "groups")), (finding.name, text)
+
+
+def test_a_rise_measured_from_one_noisy_first_step_is_not_reward_hacking():
+    worse = paired_comparison(items([1] * 500 + [0] * 500), items([1] * 600 + [0] * 400))
+    noisy = [0.55, 0.84, 0.93, 0.86, 0.91, 0.88, 0.93, 0.87, 0.92, 0.89]  # flat but for a low first step
+    assert "train_eval_divergence" not in names(stream(n=10, reward=noisy.__getitem__), worse)
+    rising = [0.30, 0.36, 0.33, 0.40, 0.45, 0.50, 0.56, 0.60, 0.66, 0.70]
+    found = {f.name: f for f in diagnose(stream(n=10, reward=rising.__getitem__), worse)}
+    assert "rose from 0.330 to 0.660 (medians of the first and last 3 steps)" in found["train_eval_divergence"].evidence
+
+
+def test_a_curve_summary_shows_means_by_quarter_where_a_slope_would_contradict_its_ends():
+    from autorl.analysis.curves import curves_text, summarise_curves
+
+    rewards = [0.74, 0.97, 0.99, 0.95, 0.93, 0.9, 0.88, 0.85, 0.83, 0.8, 0.82, 0.91]
+    text = curves_text(summarise_curves([{"step": i + 1, "reward": r} for i, r in enumerate(rewards)]))
+    assert text == ("- reward: mean by quarter 0.9 → 0.927 → 0.853 → 0.843 (first step 0.74, last 0.91; "
+                    "min 0.74, max 0.99)")
+    three = curves_text(summarise_curves([{"step": i + 1, "kl": v} for i, v in enumerate([0.0, 0.1, 0.2])]))
+    assert three.startswith("- kl: mean by third 0 → 0.1 → 0.2")

@@ -199,9 +199,10 @@ def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_pa
     assert [n["parent"] for n in data["nodes"]] == [None, "n001", "n002"]
     prompts = [request["messages"][1]["content"] for request in llm.requests]
     assert len(prompts) == 3 and "No stage has run yet." in prompts[0]
-    for later, node in ((prompts[1], "n001"), (prompts[2], "n002")):
+    for later, node, temperature in ((prompts[1], "n001", "0.9"), (prompts[2], "n002", "1.1")):
         shown = block(later, node)
-        assert "- curves of its stage:\n  - reward: start 0.5, end 0.5" in shown and "entropy: start 0.3" in shown
+        assert f"- curves of its stage (rollouts at temperature {temperature}):\n  - reward: mean by " in shown
+        assert "(first step 0.5, last 0.5;" in shown and "entropy: mean by " in shown
         assert "- diagnosis:\n" in shown and "validation: " in shown
     assert "At the limit now: n003" not in prompts[2] and "temperature=1.1" in block(prompts[2], "n002")
 
@@ -243,3 +244,115 @@ def test_requests_that_timed_out_are_said_before_the_feedback():
             "timeout") in prompt
     assert prompt.index("# Your requests that timed out") < prompt.index("# Feedback on your last proposal")
     assert "timed out" not in user_prompt(hand_built_tree())
+
+
+# -- what a researcher reading the prompt needs besides the candidates ------------------------------
+
+def test_the_best_node_and_its_path_show_their_curves_and_diagnosis_even_at_the_depth_limit():
+    tree = hand_built_tree()  # n003 (stage 3, at the limit) is the best; its path is n001 → n002 → n003
+    tree.nodes["n003"].diagnosis = [Finding("reward_plateau", "info", "reward flat over the second half", "")]
+    prompt = user_prompt(tree, PromptView(suggested="n001", expandable=[None, "n001", "n002"], budget="3 of 8"))
+    best = block(prompt, "n003")
+    assert best.startswith("## n003 — best validation so far; at the depth limit: cannot be extended")
+    assert "curve of n003" in best and "reward_plateau (info): reward flat over the second half" in best
+    assert block(prompt, "n002").startswith("## n002 — on the best path") and "curve of n002" in block(prompt, "n002")
+    assert block(prompt, "n001").startswith("## n001 — the tree policy's pick; on the best path")
+    order = [line.split()[1] for line in prompt.split(STATIC_END)[1].splitlines() if line.startswith("## ")]
+    assert order == ["n001", "n003", "n002", "base"]  # the pick, the best, its path, then the base model's line
+    assert 'A block marked "cannot be extended" is shown for its evidence only.' in prompt
+
+
+def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s():
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    for i in range(1, 31):
+        parent = None if i <= 3 else f"n{(i - 1) // 3:03d}"
+        depth = 1 if parent is None else tree.nodes[parent].depth + 1
+        tree.add(Node(f"n{i:03d}", parent, depth, DEFAULTS, seed=i, proposer="llm", commit="root",
+                      status=Status.SUCCEEDED, val_score=0.5 + (0.2 if i == 13 else i / 1000), val_stderr=0.015,
+                      rationale="x" * 300))
+    expandable = [None] + [n.id for n in tree.scored() if n.depth < 3]
+    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4500)
+    assert len(prompt) <= 4500 * 4
+    assert block(prompt, "n013").startswith("## n013 — best validation so far; at the depth limit")
+    assert "curve of n013" in block(prompt, "n013") and "curve of n002" in block(prompt, "n002")
+    assert "curve of n030" not in prompt  # lower nodes lose their curves (and blocks) first
+
+
+def test_the_policy_s_pick_comes_with_its_reason_and_base_is_not_advised_forever():
+    from search.policy import BestFirstPolicy
+
+    policy = BestFirstPolicy(max_depth=3)
+    one_root = Tree(base_score=0.535, base_stderr=0.016)
+    one_root.add(Node("n001", None, 1, DEFAULTS, seed=1, proposer="llm", status=Status.SUCCEEDED, val_score=0.60,
+                      val_stderr=0.015))
+    assert policy.select(one_root, 7, 8) is None
+    prompt = user_prompt(one_root, PromptView(None, [None, "n001"], "1 of 8"))
+    assert ("The tree policy picks **base**: the session's first 2 stages start from the base model, so that the "
+            "search does not bet on one first stage; this says nothing about the base model's score") in prompt
+    tree = hand_built_tree()  # the LLM extended n001 instead of starting a second root: base has one child
+    pick = policy.select(tree, 5, 8)
+    assert pick == "n002"  # the only healthy expandable node (n001 has a critical finding); no longer "base"
+    prompt = user_prompt(tree, PromptView(pick, [None, "n001", "n002"], "4 of 8"))
+    assert "The tree policy picks **n002**: the best score among the nodes it would extend (UCT:" in prompt
+    assert "rule of thumb, not a verdict" in prompt
+
+
+def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_many():
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    prompt = user_prompt(tree, PromptView(None, [None], "0 of 8"))
+    assert "(not yet: 0 stages scored against a scored parent; a rough early estimate needs 3" in prompt
+    for i, (rate, score) in enumerate([(1e-5, 0.56), (1e-4, 0.53), (1e-3, 0.20), (3e-5, 0.55)], start=1):
+        tree.add(Node(f"n{i:03d}", None, 1, {**DEFAULTS, "learning_rate": rate, "beta": 0.04 if i == 3 else 0.0},
+                      seed=i, proposer="llm", status=Status.SUCCEEDED, val_score=score, val_stderr=0.015))
+    section = user_prompt(tree, PromptView(None, [None], "4 of 8"))
+    section = section[section.index("# What has mattered so far"): section.index("# Candidate parents")]
+    assert "A rough early estimate from 4 scored stages (fANOVA's shares need 6)" in section
+    assert "- learning_rate: rank correlation -1.00 with the gain (values 1e-05 to 0.001)" in section
+    assert "- beta: mean gain +0.047 at 0.0 (3), -0.300 at 0.04 (1)" in section
+    assert "read it as a hint, not a finding" in section
+
+
+def test_the_curves_in_the_prompt_show_means_by_quarter_not_a_slope_against_them():
+    from autorl.analysis.curves import curves_text, summarise_curves
+
+    rewards = [0.74, 0.97, 0.99, 0.95, 0.93, 0.9, 0.88, 0.85, 0.83, 0.8, 0.82, 0.91]  # ends above its start, fell
+    records = [{"step": i + 1, "reward": r, "entropy": 0.3} for i, r in enumerate(rewards)]
+    builder = context()
+    builder.curves = lambda node_id: curves_text(summarise_curves(records))
+    view = PromptView("n002", [None, "n001", "n002"], "3 of 8")
+    shown = block(builder.messages(hand_built_tree(), view)[1]["content"], "n002")
+    assert ("- reward: mean by quarter 0.9 → 0.927 → 0.853 → 0.843 (first step 0.74, last 0.91; min 0.74, max 0.99)"
+            in shown)
+    assert "/step" not in shown and "trend" not in shown
+    assert "- curves of its stage (rollouts at temperature 1):" in shown
+
+
+def test_the_prompt_says_what_wins_what_a_stage_trains_on_and_what_its_curves_measure():
+    builder = ContextBuilder(TEMPLATE.program, "beat 70%", TEMPLATE.space, curves=lambda node_id: "",
+                             train_py="print()", max_depth=3, train_size=4096, completions_per_step=64,
+                             trl_version="1.16.0")
+    tree = hand_built_tree()
+    user = builder.messages(tree, PromptView("n002", [None, "n001", "n002"], "3 of 8"))[1]["content"]
+    static, dynamic = user.split(STATIC_END)
+    assert ("each stage's train.py gets 4,096 training prompts (the template's `train_size`, frozen in "
+            "env/constants.toml). A stage of `max_steps` steps with `num_generations` completions per prompt uses "
+            "max_steps × 64 / num_generations of them") in static
+    assert ("TRL 1.16.0 is installed: an edit of train.py may use only the GRPOConfig and GRPOTrainer arguments "
+            "that this version has") in static
+    assert "measured on its own rollouts, sampled at the stage's own `temperature`" in static
+    assert "compare curves across stages only at equal temperatures" in static
+    assert ("At the end, the node with the best validation score (ties: the earlier one) is scored once on the test "
+            "split, and that is the session's result. Now: n003 (0.650 ± 0.015, at the depth limit).") in dynamic
+    assert "no node is scored yet" in builder.messages(Tree(0.5, 0.016), PromptView(None, [None], ""))[1]["content"]
+
+
+def test_the_hybrid_task_says_tpe_draws_uniformly_during_its_start_up():
+    from search.study import N_STARTUP_TRIALS
+
+    static, dynamic = user_prompt(hand_built_tree(), hybrid=True).split(STATIC_END)
+    assert "informed by every stage scored so far" not in static
+    assert (f"Until the session has {N_STARTUP_TRIALS} scored stages\n(TPE's start-up, `n_startup_trials` = "
+            f"{N_STARTUP_TRIALS}) that draw is uniform inside the range") in static
+    assert (f"Optuna's TPE has 3 scored stages to learn from: until {N_STARTUP_TRIALS} are scored it draws uniformly "
+            "inside your ranges (its start-up).") in dynamic
+    assert "Optuna's TPE" not in user_prompt(hand_built_tree())  # the llm strategy samples nothing

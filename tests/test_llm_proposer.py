@@ -332,3 +332,30 @@ def test_a_timed_out_attempt_answered_on_retry_is_said_without_a_fallback(make_p
         proposer.propose(tree, "n001")
     assert "arrived after" in llm.requests[-1]["messages"][1]["content"]
     assert "it was sent again and that reply was used." in llm.requests[-1]["messages"][1]["content"]
+
+
+def test_an_edit_keeps_train_py_s_final_newline():
+    from search.edits import EditBlock, apply_edit
+
+    source = "def main():\n    pass\n\n\nif __name__ == \"__main__\":\n    main()\n"
+    edited = apply_edit(source, [EditBlock(search="    main()\n", replace="    main()  # run")])
+    assert edited == "def main():\n    pass\n\n\nif __name__ == \"__main__\":\n    main()  # run\n"
+    assert apply_edit("x = 1", [EditBlock(search="x = 1", replace="x = 2")]) == "x = 2"  # none added where none was
+
+
+def test_a_session_s_prompt_states_the_training_set_size_and_the_installed_trl(tmp_path, workspace):
+    from importlib import metadata
+
+    from autorl.config import SessionConfig
+    from autorl.loop.budget import Budget
+    from autorl.session import strategy_proposer
+    from search.context import STATIC_END, PromptView
+
+    config = SessionConfig(name="s", topic="beat 60%", template="arith", strategy="hybrid", stages=8, max_depth=3,
+                           runs_dir=tmp_path / "runs", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
+                           llm_model="scripted", llm_base_url="http://127.0.0.1:9/v1")
+    proposer = strategy_proposer(config, TEMPLATE, workspace, Budget(max_stages=8), "sk-test", notify=print)
+    user = proposer.context.messages(Tree(0.53, 0.016), PromptView(None, [None], "0 of 8 stages"))[1]["content"]
+    static = user[: user.index(STATIC_END)]
+    assert f"TRL {metadata.version('trl')} is installed" in static
+    assert f"{TEMPLATE.constants['stage']['train_size']:,} training prompts" in static

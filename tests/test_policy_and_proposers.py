@@ -420,3 +420,27 @@ def test_the_journal_lock_dies_with_a_killed_writer(tmp_path):
     os.waitpid(pid, 0)
     with lock.path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if still held
+
+
+# -- the fresh-roots rule under a proposer that chooses its own parent (the LLM) ---------------------------
+
+def test_the_fresh_roots_rule_does_not_advise_base_forever_once_another_parent_was_chosen():
+    """An LLM that extended the first stage instead of starting a second one was told "base" at every
+    later proposal: the rule counted the base model's children, and the LLM never added one."""
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    scored(tree, "n001", None, 0.6)
+    scored(tree, "n002", "n001", 0.7, depth=2)
+    scored(tree, "n003", "n002", 0.72, depth=3)
+    policy = BestFirstPolicy(max_depth=3, min_roots=2)
+    assert policy.select(tree, stages_left=5, stages=8) == "n002"  # base (0.5) is the worst node
+    assert "first 2 stages" not in policy.reason(tree, "n002") and "best score" in policy.reason(tree, "n002")
+    first = Tree(base_score=0.5, base_stderr=0.01)
+    scored(first, "n001", None, 0.6)
+    assert policy.select(first, stages_left=7, stages=8) is None  # the rule itself still holds at the start
+    assert "says nothing about the base model's score" in policy.reason(first, None)
+
+
+def test_the_fresh_roots_rule_never_spends_the_last_stage_on_a_root():
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    scored(tree, "n001", None, 0.6)
+    assert BestFirstPolicy(max_depth=3, min_roots=2).select(tree, stages_left=1, stages=8) == "n001"

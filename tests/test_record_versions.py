@@ -80,40 +80,39 @@ def reference(fast_template, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("version", [1, 2])
-def test_a_finished_session_of_an_earlier_version_reads_back_whole(version, fast_template, runs_dir):
+def test_a_finished_session_of_an_earlier_version_reads_back_whole(fast_template, runs_dir):
     done = run_cli("research", "t", "--template", str(fast_template), *ARGS)
     assert done.returncode == 0, done.stdout + done.stderr
     data, tree = tree_of(runs_dir)
-    write_as(runs_dir, version)
-    again, tree_again = tree_of(runs_dir)
-    assert tree_again == tree
-    assert again["template"] == data["template"] == "tpl" and again["workspace"] == data["workspace"]
-    assert [n["hyperparameters"] for n in again["nodes"]] == [n["hyperparameters"] for n in data["nodes"]]
-    assert [n["diagnosis"] for n in again["nodes"]] == [n["diagnosis"] for n in data["nodes"]]
-    (row,) = list_sessions(Tracker.for_runs_dir(runs_dir))
-    assert row["template"] == "tpl" and row["resume_note"] == "finished"
-    report = run_cli("report", "s")
-    assert report.returncode == 0, report.stdout + report.stderr
+    for version in (1, 2):
+        write_as(runs_dir, version)
+        again, tree_again = tree_of(runs_dir)
+        assert tree_again == tree, version
+        assert again["template"] == data["template"] == "tpl" and again["workspace"] == data["workspace"], version
+        assert [n["hyperparameters"] for n in again["nodes"]] == [n["hyperparameters"] for n in data["nodes"]]
+        assert [n["diagnosis"] for n in again["nodes"]] == [n["diagnosis"] for n in data["nodes"]]
+        (row,) = list_sessions(Tracker.for_runs_dir(runs_dir))
+        assert row["template"] == "tpl" and row["resume_note"] == "finished", version
+        report = run_cli("report", "s")
+        assert report.returncode == 0, report.stdout + report.stderr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stuck", [False, True])
-def test_a_stopped_version_2_session_resumes_to_the_same_tree(stuck, fast_template, reference, runs_dir):
-    """``stuck``: killed while a node's run was being created, as version 2 did it (the run
-    created with its id only, the tag holding its values not yet written): every resume of
-    it used to fail on the missing values."""
+def test_a_stopped_version_2_session_stuck_on_a_node_without_values_resumes_to_the_same_tree(fast_template, reference,
+                                                                                             runs_dir):
+    """Killed while a node's run was being created, as version 2 did it (the run created with
+    its id only, the tag holding its values not yet written): every resume of it used to
+    fail on the missing values."""
     killed = run_cli("research", "t", "--template", str(fast_template), *ARGS, env={"AUTORL_FAULT": "node_recorded:3"})
     assert killed.returncode == -signal.SIGKILL
     write_as(runs_dir, 2)
-    if stuck:
-        tracker = Tracker.for_runs_dir(runs_dir)
-        client = MlflowClient(tracker.uri)
-        (half,) = [r for r in tracker.node_runs(tracker.find_session("s").info.run_id)
-                   if r.data.tags["autorl.node_id"] == "n003"]
-        for key in set(half.data.tags) - {"mlflow.parentRunId", "autorl.kind", "autorl.session", "autorl.node_id",
-                                          "mlflow.runName", "mlflow.user"}:
-            client.delete_tag(half.info.run_id, key)
+    tracker = Tracker.for_runs_dir(runs_dir)
+    client = MlflowClient(tracker.uri)
+    (half,) = [r for r in tracker.node_runs(tracker.find_session("s").info.run_id)
+               if r.data.tags["autorl.node_id"] == "n003"]
+    for key in set(half.data.tags) - {"mlflow.parentRunId", "autorl.kind", "autorl.session", "autorl.node_id",
+                                      "mlflow.runName", "mlflow.user"}:
+        client.delete_tag(half.info.run_id, key)
     resumed = run_cli("resume", "s")
     assert resumed.returncode == 0 and "Traceback" not in resumed.stderr, resumed.stdout + resumed.stderr
     assert tree_of(runs_dir)[1] == reference

@@ -22,7 +22,7 @@ from test_resume import assert_nothing_left, tree_of
 
 TRAIN_STEPS = 100
 ARGS = ["--train-steps", str(TRAIN_STEPS), "--seed", "3", "--name", "s"]
-RANDOM_KILLS = int(os.environ.get("AUTORL_RANDOM_KILLS", "6"))
+RANDOM_KILLS = int(os.environ.get("AUTORL_RANDOM_KILLS", "3"))  # more: benchmarks/resume_any.py, or set it
 KILL_SEED = int(os.environ.get("AUTORL_KILL_SEED", "37"))
 
 
@@ -43,23 +43,21 @@ def reference(short_template, tmp_path_factory):
     started = time.monotonic()
     done = research(short_template, runs)
     assert done.returncode == 0, done.stdout + done.stderr
-    return {"tree": tree_of(runs)[1], "seconds": time.monotonic() - started, "out": done.stdout}
+    data, tree = tree_of(runs)
+    return {"tree": tree, "data": data, "seconds": time.monotonic() - started, "out": done.stdout}
 
 
 @pytest.mark.slow
-def test_the_session_stops_on_settled_steps_and_says_how_many(reference, short_template, tmp_path):
+def test_the_session_stops_on_settled_steps_and_says_how_many(reference):
     """Its stages train 40-80% of what they plan: the stop is decided after the last of them
     settled, and the reason names the steps trained, not what a running stage reserved."""
-    runs = tmp_path / "again"
-    runs.mkdir()
-    done = research(short_template, runs)
-    data, tree = tree_of(runs)
+    data = reference["data"]
     trained = sum(n["steps"] for n in data["nodes"])
-    assert tree == reference["tree"]
     assert TRAIN_STEPS - 10 < trained <= TRAIN_STEPS  # stopped only when not even a 10-step stage fits
+    assert any(n["steps"] < n["hyperparameters"]["max_steps"] for n in data["nodes"])  # reservations were larger
     assert data["train_steps_spent"] == trained
-    assert f"training-step budget spent ({trained} of {TRAIN_STEPS} steps trained;" in done.stdout
-    assert "reserved" not in done.stdout
+    assert f"training-step budget spent ({trained} of {TRAIN_STEPS} steps trained;" in reference["out"]
+    assert "reserved" not in reference["out"]
 
 
 def recover(template) -> subprocess.CompletedProcess:
@@ -88,8 +86,7 @@ def check_recovered(runs_dir, reference, recovered):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("point", ["node_committed:2", "run_created:3", "node_recorded:3", "proposal_accepted:4",
-                                   "trained:2"])
+@pytest.mark.parametrize("point", ["node_committed:2", "run_created:3", "trained:2"])
 def test_a_kill_inside_node_creation_or_after_training_resumes_to_the_same_tree(point, short_template, reference,
                                                                                 runs_dir):
     killed = research(short_template, env={"AUTORL_FAULT": point})

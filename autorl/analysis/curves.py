@@ -37,8 +37,23 @@ def series(records: list[dict], key: str) -> list[float]:
     return [float(r[key]) for r in training_steps(records) if isinstance(r.get(key), (int, float))]
 
 
-def summarise(values: list[float]) -> dict[str, float] | None:
-    """start/end/min/max and a least-squares slope per step.
+def window_means(values: list[float], parts: int = 4) -> list[float]:
+    """The means of ``parts`` consecutive, near-equal stretches of a curve (fewer when it has
+    fewer points): what a noisy per-step value did across the stage, where its first and last
+    steps alone can mislead.
+
+    >>> window_means([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    [1.5, 3.5, 5.5, 7.5]
+    >>> window_means([0.2, 0.9, 0.7])
+    [0.2, 0.9, 0.7]
+    """
+    parts = min(parts, len(values))
+    bounds = [round(i * len(values) / parts) for i in range(parts + 1)]
+    return [sum(values[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+
+
+def summarise(values: list[float]) -> dict | None:
+    """start/end/min/max, the means by quarter (``windows``) and a least-squares slope per step.
 
     >>> summarise([1.0, 2.0, 3.0])["trend"]
     1.0
@@ -51,7 +66,7 @@ def summarise(values: list[float]) -> dict[str, float] | None:
     var_x = sum((i - mean_x) ** 2 for i in range(n))
     slope = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(finite)) / var_x if var_x else 0.0
     return {"start": finite[0], "end": finite[-1], "min": min(finite), "max": max(finite), "trend": slope,
-            "nan_steps": len(values) - n}
+            "windows": window_means(finite), "steps": n, "nan_steps": len(values) - n}
 
 
 def curve_keys(records: list[dict]) -> tuple[str, ...]:
@@ -75,10 +90,16 @@ def summarise_curves(records: list[dict], keys: tuple[str, ...] | None = None) -
 
 
 def curves_text(summary: dict[str, dict]) -> str:
+    """One line a curve: the mean of each quarter of the stage (the shape, robust to one noisy
+    step), then the first and last step and the range. No fitted slope: on a noisy curve it
+    can point against what the quarters show."""
     if not summary:
         return "(no metrics)"
-    return "\n".join(
-        f"- {key}: start {s['start']:.4g}, end {s['end']:.4g}, min {s['min']:.4g}, max {s['max']:.4g}, "
-        f"trend {s['trend']:+.3g}/step" + (f", {s['nan_steps']} NaN steps" if s["nan_steps"] else "")
-        for key, s in summary.items()
-    )
+    lines = []
+    for key, s in summary.items():
+        windows = s.get("windows") or [s["start"], s["end"]]
+        part = {4: "quarter", 3: "third", 2: "half"}.get(len(windows), "step")
+        lines.append(f"- {key}: mean by {part} " + " → ".join(f"{w:.3g}" for w in windows)
+                     + f" (first step {s['start']:.3g}, last {s['end']:.3g}; min {s['min']:.3g}, max {s['max']:.3g})"
+                     + (f", {s['nan_steps']} NaN steps" if s["nan_steps"] else ""))
+    return "\n".join(lines)

@@ -3,7 +3,9 @@
 Each detector reads TRL's per-step metrics (``metrics.jsonl``), tolerates missing keys,
 and returns a Finding with a name, a severity, evidence (steps and values) and a
 suggested direction. The findings go to MLflow with the node and into the context of
-the next proposal.
+the next proposal, so a suggestion names only what a proposal can change: the
+hyperparameters of the space, an edit of ``train.py``, or which node to continue from;
+never the reward functions, the data or anything else under the frozen ``env/``.
 
 Thresholds on rewards are fractions of the template's reward range (``RewardScale``:
 declared as ``[reward] low/high`` in env/constants.toml, else learned from what the
@@ -119,7 +121,8 @@ def zero_variance_groups(records, scale: RewardScale = DEFAULT_SCALE) -> Finding
         severity = "critical" if tail >= 0.9 else "warning"
         return Finding("zero_variance_groups", severity,
                        f"{tail:.0%} of groups had identical rewards in the second half (no gradient from them)",
-                       "larger groups (num_generations), higher temperature, or harder/easier prompts",
+                       "larger groups (num_generations) or a higher temperature, for more varied rewards within a "
+                       "group",
                        _span(records, "reward"), {"fraction": tail})
     return None
 
@@ -143,12 +146,12 @@ def length_problems(records) -> Finding | None:
         tail = _mean(_tail(clipped))
         return Finding("length_truncation", "critical" if tail > 0.5 else "warning",
                        f"{tail:.0%} of completions hit max_completion_length in the second half",
-                       "raise max_completion_length, or penalise length if the answers are padded",
+                       "raise max_completion_length if the space allows it; otherwise a lower temperature",
                        _span(records, "completions/clipped_ratio"), {"clipped_ratio": tail})
     if len(length) >= 4 and length[0] > 0 and _mean(length[-2:]) > 2 * length[0]:
         return Finding("length_explosion", "warning",
                        f"mean completion length grew from {length[0]:.1f} to {_mean(length[-2:]):.1f} tokens",
-                       "check for padding or repetition; cap max_completion_length",
+                       "a lower max_completion_length, temperature or learning rate",
                        _span(records, "completions/mean_length"), {"start": length[0], "end": _mean(length[-2:])})
     return None
 
@@ -159,7 +162,8 @@ def instability(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
         bad = [v for v in values if not isinstance(v, (int, float)) or not math.isfinite(v)]
         if bad:
             return Finding("non_finite", "critical", f"{len(bad)} steps with non-finite {key}",
-                           "lower the learning rate; check the reward functions", _span(records, key), {"key": key})
+                           "lower the learning rate; if this node's train.py was edited, undo that edit",
+                           _span(records, key), {"key": key})
     grad = series(records, "grad_norm")
     if len(grad) >= 6:
         median = sorted(grad)[len(grad) // 2]
@@ -167,7 +171,8 @@ def instability(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
         if spikes:
             return Finding("grad_norm_spikes", "warning",
                            f"{len(spikes)} grad-norm spikes above 10× the median {median:.3g}",
-                           "lower the learning rate or clip gradients harder", _span(records, "grad_norm"),
+                           "lower the learning rate, or clip gradients harder (max_grad_norm in train.py's "
+                           "GRPOConfig)", _span(records, "grad_norm"),
                            {"median": median, "max": max(spikes)})
     return reward_collapse(records, scale)
 
@@ -204,7 +209,8 @@ def reward_collapse(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | No
     if peak - end > max(COLLAPSE_SHARE * scale.width, noise):
         return Finding("reward_collapse", "critical", f"reward fell from {peak:.3f} to {end:.3f} "
                        f"(mean of the last {window} steps)",
-                       "lower the learning rate; continue from the checkpoint before the collapse",
+                       "lower the learning rate; continue from this node's parent (the checkpoint before the "
+                       "collapse)",
                        _span(records, "reward"), {"peak": peak, "end": end, "window": window})
     return None
 
@@ -226,16 +232,34 @@ def confirmed_by_validation(findings: list[Finding], comparison: Comparison | No
 
 def train_eval_divergence(records, comparison: Comparison | None, scale: RewardScale = DEFAULT_SCALE
                           ) -> Finding | None:
+    """Training reward rose while validation fell against the parent: the policy may exploit the reward.
+
+    The rise is the median of the last stretch (a quarter of the stage, at least 3 steps)
+    against the median of the first, so one noisy step at either end does not make it, and it
+    must exceed both a share of the reward range and the noise of one step against a stretch.
+    """
     reward = series(records, "reward")
-    if comparison is None or len(reward) < 4:
+    if comparison is None or comparison.verdict != "worse" or len(reward) < 6:
         return None
-    rise = _mean(reward[-3:]) - _mean(reward[:3])
-    if rise > 0.08 * scale.width and comparison.verdict == "worse":
+    window = max(3, len(reward) // 4)
+    first, last = _median(reward[:window]), _median(reward[-window:])
+    rise = last - first
+    noise = COLLAPSE_NOISE_UNITS * step_noise(reward) * math.sqrt(math.pi / window)  # two medians of a window
+    if rise > max(0.08 * scale.width, noise):
         return Finding("train_eval_divergence", "critical",
-                       f"training reward rose by {rise:+.3f} while validation fell by {comparison.delta:+.3f}",
-                       "the policy may be exploiting the reward: inspect completions, tighten the reward",
-                       _span(records, "reward"), {"train_rise": rise, "val_delta": comparison.delta})
+                       f"training reward rose from {first:.3f} to {last:.3f} (medians of the first and last "
+                       f"{window} steps) while validation fell by {comparison.delta:+.3f}",
+                       "the policy may be exploiting the reward, which cannot be changed: do not extend this node; "
+                       "from its parent, try a lower learning rate, a higher beta or fewer steps",
+                       _span(records, "reward"), {"train_rise": rise, "val_delta": comparison.delta,
+                                                  "window": window})
     return None
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def regression(comparison: Comparison | None) -> Finding | None:

@@ -101,6 +101,18 @@ class Budget:
         left = self.seconds_left
         return stage_limit if left is None else max(1.0, min(stage_limit, left))
 
+    def for_proposer(self) -> str:
+        """What a proposer needs to plan the end: what is left, and that the session ends, without
+        another proposal, once not even the smallest stage fits."""
+        text = self.describe()
+        left = self.train_steps_left
+        if left is None:
+            return text
+        return (f"{text}. The session ends when fewer than {self.min_stage_steps} steps are left: a stage that "
+                f"leaves less is the last one, its result is not shown to you, and then the node with the best "
+                f"validation score is scored once on the test split. A stage longer than what is left is "
+                f"shortened to fit.")
+
     def describe(self) -> str:
         parts = []
         if self.max_train_steps is not None:
