@@ -52,15 +52,19 @@ def write_as(runs_dir, version: int) -> None:
     tracker = Tracker.for_runs_dir(runs_dir)
     client = MlflowClient(tracker.uri)
     session = tracker.find_session("s")
-    client.delete_tag(session.info.run_id, records.VERSION_KEY)
-    if version == 2:
-        for old, new in records.RENAMED_SESSION_KEYS.items():
-            client.set_tag(session.info.run_id, old, session.data.tags[new])
-            client.delete_tag(session.info.run_id, new)
+    tags = records.session_tags_of(session)  # whichever version it holds now
+    if records.VERSION_KEY in tags:
+        client.delete_tag(session.info.run_id, records.VERSION_KEY)
+    for old, new in records.RENAMED_SESSION_KEYS.items():
+        for key in (old, new):
+            if key in session.data.tags:
+                client.delete_tag(session.info.run_id, key)
+        client.set_tag(session.info.run_id, old if version == 2 else new, tags[new])
     for run in tracker.node_runs(session.info.run_id):
         node = records.node_from_run(run)
         for key in (records.VERSION_KEY, records.NODE_KEY):
-            client.delete_tag(run.info.run_id, key)
+            if key in run.data.tags:
+                client.delete_tag(run.info.run_id, key)
         for key, value in fields_as_tags(node).items():
             client.set_tag(run.info.run_id, key, value)
 

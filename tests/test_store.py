@@ -111,6 +111,7 @@ def test_a_session_folder_without_the_creating_mark_is_not_taken_over(runs_dir):
     shutil.rmtree(runs_dir / "sessions")
 
 
+@pytest.mark.slow  # several CLI processes
 def test_reading_a_half_migrated_store_says_how_to_repair_it(runs_dir, tracker):
     """Holding no runs, a store a killed first start left half-made is no store yet to a
     command that reads (`autorl research` remakes it); holding runs, it says how to repair it."""
@@ -145,6 +146,7 @@ def test_runs_directory_write_checks_do_not_race(tmp_path):
     assert list((tmp_path / "probed").iterdir()) == []
 
 
+@pytest.mark.slow  # several CLI processes
 def test_ls_reads_a_session_config_too_long_for_a_tag(tmp_path, runs_dir, tracker):
     """A long topic puts the session's config past TAG_LIMIT, so its tag points at an
     artifact; `ls` reads the whole config through the pointer instead of parsing the pointer."""
