@@ -155,3 +155,36 @@ def wait_until(condition, what: str, timeout: float = 120, process: subprocess.P
             raise AssertionError(f"the process ended before {what}: {process.communicate()}")
         assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
         time.sleep(0.05)
+
+
+# -- a stand-in session and its tree, shared by the resume and record-format tests --------------
+
+STANDIN_ARGS = ["--stages", "4", "--seed", "3", "--name", "s"]
+
+
+@pytest.fixture(scope="module")
+def fast_template(tmp_path_factory):
+    return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
+                         evaluate_py="fast_evaluate.py")
+
+
+def read_back(runs_dir, name):
+    """A session as `autorl show --json` prints it (in-process: the CLI itself is tested elsewhere)."""
+    from autorl.storage.report import show_session
+    from autorl.storage.tracking import Tracker
+
+    return json.loads(json.dumps(show_session(Tracker.for_runs_dir(runs_dir), name)))
+
+
+def tree_of(runs_dir):
+    data = read_back(runs_dir, "s")
+    return data, [(n["id"], n["parent"], n["status"], n["val_score"], json.dumps(n["hyperparameters"], sort_keys=True))
+                  for n in data["nodes"]]
+
+
+@pytest.fixture(scope="module")
+def reference(fast_template, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("reference")
+    done = run_cli("research", "t", "--template", str(fast_template), *STANDIN_ARGS, "--runs-dir", str(runs))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tree_of(runs)[1]

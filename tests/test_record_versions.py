@@ -11,16 +11,13 @@ import json
 import signal
 
 import pytest
-from conftest import make_template, run_cli
+from conftest import STANDIN_ARGS, run_cli, tree_of
 from mlflow.tracking import MlflowClient
-from test_resume import tree_of
 
 from autorl.storage import records
 from autorl.storage.report import list_sessions
 from autorl.storage.tracking import Tracker
 from search.tree import Node
-
-ARGS = ["--stages", "4", "--seed", "3", "--name", "s"]
 
 
 def fields_as_tags(node: Node) -> dict[str, str]:
@@ -69,23 +66,9 @@ def write_as(runs_dir, version: int) -> None:
             client.set_tag(run.info.run_id, key, value)
 
 
-@pytest.fixture(scope="module")
-def fast_template(tmp_path_factory):
-    return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
-                         evaluate_py="fast_evaluate.py")
-
-
-@pytest.fixture(scope="module")
-def reference(fast_template, tmp_path_factory):
-    runs = tmp_path_factory.mktemp("reference")
-    done = run_cli("research", "t", "--template", str(fast_template), *ARGS, "--runs-dir", str(runs))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return tree_of(runs)[1]
-
-
 @pytest.mark.slow
 def test_a_finished_session_of_an_earlier_version_reads_back_whole(fast_template, runs_dir):
-    done = run_cli("research", "t", "--template", str(fast_template), *ARGS)
+    done = run_cli("research", "t", "--template", str(fast_template), *STANDIN_ARGS)
     assert done.returncode == 0, done.stdout + done.stderr
     data, tree = tree_of(runs_dir)
     for version in (1, 2):
@@ -107,7 +90,8 @@ def test_a_stopped_version_2_session_stuck_on_a_node_without_values_resumes_to_t
     """Killed while a node's run was being created, as version 2 did it (the run created with
     its id only, the tag holding its values not yet written): every resume of it used to
     fail on the missing values."""
-    killed = run_cli("research", "t", "--template", str(fast_template), *ARGS, env={"AUTORL_FAULT": "node_recorded:3"})
+    killed = run_cli("research", "t", "--template", str(fast_template), *STANDIN_ARGS,
+                     env={"AUTORL_FAULT": "node_recorded:3"})
     assert killed.returncode == -signal.SIGKILL
     write_as(runs_dir, 2)
     tracker = Tracker.for_runs_dir(runs_dir)

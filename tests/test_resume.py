@@ -16,43 +16,29 @@ import time
 
 import optuna
 import pytest
-from conftest import AUTORL, REPO, ignore_sigint, make_template, releasing, run_cli, wait_until
+from conftest import (
+    AUTORL,
+    REPO,
+    STANDIN_ARGS,
+    ignore_sigint,
+    make_template,
+    read_back,
+    releasing,
+    run_cli,
+    tree_of,
+    wait_until,
+)
 from mlflow.tracking import MlflowClient
 
 from autorl.config import make_config, prepare_runs_dir
 from autorl.session import create_session
 from autorl.stages import template as templates
-from autorl.storage.report import list_sessions, show_session
+from autorl.storage.report import list_sessions
 from autorl.storage.tracking import Tracker
 from search import study as hpo
 
-STAGES = 4
-ARGS = ["--stages", str(STAGES), "--seed", "3", "--name", "s"]
-
-
-@pytest.fixture(scope="module")
-def fast_template(tmp_path_factory):
-    return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="copy_train.py",
-                         evaluate_py="fast_evaluate.py")
-
-
-def read_back(runs_dir, name):
-    """A session as `autorl show --json` prints it (in-process: the CLI itself is tested elsewhere)."""
-    return json.loads(json.dumps(show_session(Tracker.for_runs_dir(runs_dir), name)))
-
-
-def tree_of(runs_dir):
-    data = read_back(runs_dir, "s")
-    return data, [(n["id"], n["parent"], n["status"], n["val_score"], json.dumps(n["hyperparameters"], sort_keys=True))
-                  for n in data["nodes"]]
-
-
-@pytest.fixture(scope="module")
-def reference(fast_template, tmp_path_factory):
-    runs = tmp_path_factory.mktemp("reference")
-    done = run_cli("research", "t", "--template", str(fast_template), *ARGS, "--runs-dir", str(runs))
-    assert done.returncode == 0, done.stdout + done.stderr
-    return tree_of(runs)[1]
+STAGES = 4  # conftest.STANDIN_ARGS
+ARGS = STANDIN_ARGS
 
 
 def session_processes(runs_dir) -> list[str]:
