@@ -40,6 +40,7 @@ from autorl.stages.workspace import Workspace
 from autorl.storage import records
 from autorl.storage.lock import SessionLock
 from autorl.storage.tracking import Tracker, remember_store
+from autorl.trainer_options import edit_options_text
 from autorl.views.session_report import report_session
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
@@ -112,6 +113,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         train_size=template.constants.get("stage", {}).get("train_size"),
         completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
         trl_version=metadata.version("trl"),  # read here: search/ never imports trl
+        edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
         policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
     )
     return LLMProposer(

@@ -54,6 +54,7 @@ def capture(name: str, runs_dir: Path) -> None:
 def prompt_after(record: dict, count: int) -> tuple[str, str]:
     """The system and user messages of the proposal that followed the session's first ``count`` nodes."""
     from autorl.session import template_noise
+    from autorl.trainer_options import edit_options_text
 
     template = templates.load(record["template"])
     tree = Tree(record["base_score"], record["base_stderr"])
@@ -66,7 +67,8 @@ def prompt_after(record: dict, count: int) -> tuple[str, str]:
                              max_depth=MAX_DEPTH, hybrid=True,
                              train_size=template.constants.get("stage", {}).get("train_size"),
                              completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
-                             trl_version=metadata.version("trl"))
+                             trl_version=metadata.version("trl"),
+                             edit_options=edit_options_text((template.path / "train.py").read_text()))
     stages = record["stages"] * 2
     view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH).select(tree, stages - count, stages),
                       expandable=[None] + [n.id for n in tree.scored() if n.depth < MAX_DEPTH],

@@ -35,6 +35,7 @@ from pathlib import Path
 from string import Template as Text
 from typing import Callable
 
+from search.edit_evidence import edits_text
 from search.importance import MIN_STAGES, fits, gains, importance_text, param_importance
 from search.novelty import TOLERANCE
 from search.policy import BestFirstPolicy
@@ -158,7 +159,7 @@ def mattered_text(tree: Tree, space: SearchSpace) -> str:
 
 
 def facts_text(space: SearchSpace, train_size: int | None, completions_per_step: int | None,
-               trl_version: str | None) -> str:
+               trl_version: str | None, edit_options: str = "") -> str:
     """What a stage trains on and what its curves measure: the same in every request of a session."""
     lines = []
     if train_size is not None:
@@ -172,6 +173,10 @@ def facts_text(space: SearchSpace, train_size: int | None, completions_per_step:
     if trl_version:
         lines.append(f"- TRL {trl_version} is installed: an edit of train.py may use only the GRPOConfig and "
                      "GRPOTrainer arguments that this version has.")
+    if edit_options:
+        lines.append("- Trainer options train.py leaves at their defaults (as installed; an edit sets one by passing "
+                     "it where train.py builds its GRPOConfig). Each stage is one training run, so a schedule set "
+                     "here restarts in every stage:\n" + edit_options)
     temperature = space.named("temperature")
     rollouts = f"sampled at the stage's own `{temperature}`" if temperature else "sampled as the stage samples"
     lines.append(f"- A stage's curves (reward, reward_std, entropy, completion lengths, zero-variance groups) are "
@@ -231,7 +236,7 @@ class ContextBuilder:
                  max_tokens: int = 6000, train_py: str = "", diff: Callable[[str], str] = lambda commit: "",
                  noise: Noise | None = None, max_depth: int = 3, hybrid: bool = False,
                  train_size: int | None = None, completions_per_step: int | None = None,
-                 trl_version: str | None = None, policy: BestFirstPolicy | None = None):
+                 trl_version: str | None = None, policy: BestFirstPolicy | None = None, edit_options: str = ""):
         self.program = program
         self.topic = topic
         self.space = space
@@ -245,6 +250,7 @@ class ContextBuilder:
         self.train_size = train_size
         self.completions_per_step = completions_per_step
         self.trl_version = trl_version  # read by the application (search/ never imports trl)
+        self.edit_options = edit_options  # the same: autorl/trainer_options.py
         self.policy = policy or BestFirstPolicy(max_depth)  # to say why the tree policy picked what it did
 
     # -- the part that never changes ------------------------------------------------------------
@@ -256,7 +262,8 @@ class ContextBuilder:
         return prompt(
             "static", task=prompt("task_hybrid" if self.hybrid else "task_llm", startup=N_STARTUP_TRIALS).strip(),
             program=self.program.strip(), topic=self.topic, space=space_text(self.space),
-            facts=facts_text(self.space, self.train_size, self.completions_per_step, self.trl_version),
+            facts=facts_text(self.space, self.train_size, self.completions_per_step, self.trl_version,
+                             self.edit_options),
             noise=self.noise.text(tree), train_py=self.train_py if train_py is None else train_py,
         ).strip() + "\n\n" + STATIC_END
 
@@ -267,6 +274,10 @@ class ContextBuilder:
             return ""
         diff = self.diff(node.commit)
         return f" [edited train.py: {diff_summary(diff)}]" if diff else " [edited train.py]"
+
+    def edit_summary(self, node: Node) -> str:
+        diff = self.diff(node.commit) if node.commit else ""
+        return f"edited train.py ({diff_summary(diff)})" if diff else "edited train.py"
 
     def node_line(self, tree: Tree, node: Node) -> str:
         if node.scored:
@@ -411,7 +422,7 @@ class ContextBuilder:
                     if view.timeouts else "")
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
-            winner=self.winner_text(tree), tpe=self.tpe_text(tree),
+            winner=self.winner_text(tree), tpe=self.tpe_text(tree), edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
             pick=self.pick_text(tree, view), expandable=expandable,
             candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",
@@ -437,12 +448,12 @@ class ContextBuilder:
 
 # From the fullest prompt to the leanest: what is dropped first comes first.
 SHAPES = [
-    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5},
-    {"blocks": 5, "curves": 3, "lines": 20, "failures": 5},
-    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3},
-    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2},
-    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1},
-    {"blocks": 1, "curves": 0, "lines": 2, "failures": 0},
+    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10},
+    {"blocks": 5, "curves": 3, "lines": 20, "failures": 5, "edits": 8},
+    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5},
+    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3},
+    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2},
+    {"blocks": 1, "curves": 0, "lines": 2, "failures": 0, "edits": 1},
 ]
 
 

@@ -356,3 +356,47 @@ def test_the_hybrid_task_says_tpe_draws_uniformly_during_its_start_up():
     assert (f"Optuna's TPE has 3 scored stages to learn from: until {N_STARTUP_TRIALS} are scored it draws uniformly "
             "inside your ranges (its start-up).") in dynamic
     assert "Optuna's TPE" not in user_prompt(hand_built_tree())  # the llm strategy samples nothing
+
+
+def edits_section(prompt: str) -> str:
+    start = prompt.index("# What train.py edits did")
+    return prompt[start: prompt.index("\n# ", start + 1)]
+
+
+def test_each_edit_is_shown_against_its_parent_and_a_sibling_without_it():
+    tree = hand_built_tree()
+    tree.nodes["n002"].comparison = Comparison(0.021, 0.008, 1000, "better")
+    tree.add(Node("n005", "n001", 2, {**DEFAULTS, "temperature": 0.7}, seed=5, proposer="llm", commit="root",
+                  status=Status.SUCCEEDED, val_score=0.590, val_stderr=0.015, steps=20))
+    tree.add(Node("n006", "n002", 3, DEFAULTS, seed=6, proposer="llm", commit="edited2", edited=True,
+                  status=Status.FAILED, reason="train.py crashed: TypeError: unexpected keyword 'warmup_ratio'"))
+    section = edits_section(user_prompt(tree))
+    n002, n006 = section.splitlines()[2:4]
+    assert n002.startswith("- n002 ← n001: edited train.py (+1/-1 lines, e.g. `BATCH_SIZE = 32`)")
+    assert "+0.021 ± 0.008 against its parent (better)" in n002
+    assert "+0.032 against n005, a sibling with the parent's train.py (val 0.590)" in n002
+    assert n006.startswith("- n006 ← n002: edited train.py") and "failed (train.py crashed: TypeError" in n006
+
+
+def test_no_edit_yet_is_said():
+    tree = hand_built_tree()
+    tree.nodes["n002"].edited = False
+    assert "No stage has edited train.py yet" in edits_section(user_prompt(tree))
+
+
+def test_the_trainer_options_an_edit_can_set_are_the_installed_ones_train_py_leaves_alone():
+    from importlib import metadata
+
+    from autorl.trainer_options import edit_options_text, installed_options
+
+    options = installed_options()
+    assert options["lr_scheduler_type"].default == "'linear'" and options["num_iterations"].default == "1"
+    assert options["learning_rate"].default == "1e-06"  # GRPOConfig's own default, not TrainingArguments'
+    train_py = (TEMPLATE.path / "train.py").read_text()
+    text = edit_options_text(train_py, options)
+    assert "`lr_scheduler_type` = 'linear': The learning rate scheduler type to use." in text
+    assert "- `learning_rate`" not in text and "`num_iterations` = 1" in text  # train.py passes the first
+    assert "warmup_ratio" not in text or "warmup_ratio" in options  # only what this version has
+    prompt = ContextBuilder(TEMPLATE.program, "t", TEMPLATE.space, curves=lambda n: "", train_py=train_py,
+                            trl_version=metadata.version("trl"), edit_options=text).static(Tree())
+    assert "Trainer options train.py leaves at their defaults" in prompt and "`epsilon_high` = None" in prompt

@@ -1,0 +1,264 @@
+"""The LLM strategies against every hyperparameter search, at the same GRPO-step budget.
+
+`hybrid` (the model sets centre and ranges, TPE draws) and `llm` (the model sets values
+and may edit train.py) run through an OpenAI-compatible relay on loopback
+(`../shared/relay/`): whoever answers its requests is the model. Beside them, `tree`,
+`grid`, `greedy` and `pbt` run at the same `--train-steps` and search seeds. Every
+session is a real `autorl research` run; its winner is scored once on the test split by
+the session itself. A winner whose path edited train.py is then replayed without its
+edits (autorl/analysis/replay.py): the paired test difference is the edits' worth.
+
+    .venv/bin/python benchmarks/llm_search.py --template digitsort --train-steps 160 --seeds 3 \\
+        --work /tmp/llm-bench [--strategies llm,hybrid] [--baselines-from FILE.json]
+
+Each LLM session prints the relay folder to answer (`relay_ctl.py next DIR --wait 600`).
+Rerunning with the same --work skips sessions already recorded there. `--baselines-from`
+takes baseline sessions (same template, budget and seeds) from a committed
+search_efficiency JSON instead of running them again; each keeps its source.
+
+Writes llm_search-<template>.{json,md} to --out (default benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_efficiency import REPO, paired_test, run_session  # noqa: E402
+
+LLM_STRATEGIES = ("hybrid", "llm")
+BASELINES = ("tree", "grid", "greedy", "pbt")
+ANSWERED_BY = "a strong hosted model shown only each request, through a loopback relay (../shared/relay/)"
+MARGIN_POINTS = 5.0  # what the LLM's median must beat the best baseline's median by
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--template", default="digitsort")
+    parser.add_argument("--train-steps", type=int, default=160)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=100)
+    parser.add_argument("--strategies", default=",".join(LLM_STRATEGIES + BASELINES))
+    parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side")
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--relay", type=Path, default=REPO.parent / "shared" / "relay")
+    parser.add_argument("--llm-timeout", type=float, default=600.0)
+    parser.add_argument("--baselines-from", type=Path, default=None)
+    parser.add_argument("--report-only", action="store_true", help="write the report from what WORK holds")
+    args = parser.parse_args(argv)
+    args.strategies = [s for s in args.strategies.split(",") if s]
+    args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
+    args.steps, args.max_depth = 0, None  # search_efficiency's options: stage length free, autorl's depth
+    args.template_path = args.template
+    return args
+
+
+@contextmanager
+def relay(folder: Path, relay_dir: Path):
+    """A relay server on loopback answering from ``folder``; yields its base URL."""
+    folder.mkdir(parents=True, exist_ok=True)
+    server = subprocess.Popen([sys.executable, str(relay_dir / "relay_server.py"), str(folder)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(server.stdout.readline().strip())
+        print(f"answer the requests in {folder} (relay_ctl.py next {folder} --wait 600)", flush=True)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        (folder / "DONE").touch()
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def llm_usage(session_dir: Path, counters: dict) -> dict:
+    """Requests, repairs and tokens of one session, from its reply log and counters."""
+    keys = []
+    log = session_dir / "llm_replies.jsonl"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            keys.append(json.loads(line)["key"].split(":")[0])
+        except (json.JSONDecodeError, KeyError):
+            continue
+    return {"requests": len(keys), "repairs": sum(not key.endswith(".r0") for key in keys),
+            "tokens": int(counters.get("llm_total_tokens", 0))}
+
+
+def show(runs: Path, name: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "autorl", "show", name, "--json"], capture_output=True, text=True,
+                          env={**os.environ, "AUTORL_RUNS_DIR": str(runs)}, cwd=REPO, check=True)
+    return json.loads(done.stdout)
+
+
+def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
+    """One session through the CLI; the LLM ones through a relay of their own."""
+    if strategy in LLM_STRATEGIES:
+        with relay(args.work / "relay" / f"{strategy}-{seed}", args.relay) as url:
+            result = run_session(strategy, seed, args, extra=("--llm", "relay-model", "--llm-base-url", url,
+                                                              "--llm-timeout", str(args.llm_timeout)))
+    else:
+        result = run_session(strategy, seed, args)
+    runs = args.work / f"{strategy}-{seed}"
+    data = show(runs, result["session"])
+    nodes = {n["id"]: n for n in data["nodes"]}
+    result["winner_edited"] = any(nodes[i].get("edited") for i in result["best_path"] if i in nodes)
+    result["edited_stages"] = sum(bool(n.get("edited")) for n in data["nodes"])
+    result["train_steps"] = result.pop("train_steps_spent", None)
+    result["source"] = "this benchmark"
+    if strategy in LLM_STRATEGIES:
+        result |= llm_usage(runs / "sessions" / result["session"], data.get("counters") or {})
+    return result
+
+
+def ablate(result: dict, args: argparse.Namespace) -> dict | None:
+    """The winner's schedule replayed with the template's train.py (only when it edited)."""
+    if not result.get("winner_edited"):
+        return None
+    from autorl.analysis.replay import edit_worth
+    from autorl.stages import template as templates
+    from sandbox import choose_sandbox
+
+    template = templates.load(args.template)
+    runs = args.work / f"{result['strategy']}-{result['seed']}"
+    work = args.work / "ablation" / f"{result['strategy']}-{result['seed']}"
+    worth = edit_worth(runs / "sessions" / result["session"], result["best_path"], template, work,
+                       choose_sandbox("auto"), stage_sd=template.stage_sd)
+    return worth.to_dict()
+
+
+def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:
+    """Committed baseline sessions of the same template, budget and seeds."""
+    data = json.loads(path.read_text())
+    if data["args"].get("template") != args.template or data["args"].get("train_steps") != str(args.train_steps):
+        raise SystemExit(f"{path} is not {args.template} at {args.train_steps} steps")
+    taken = []
+    for session in data["sessions"]:
+        if session["strategy"] in BASELINES and session["seed"] in args.seed_list:
+            taken.append({**session, "train_steps": session.get("train_steps_spent"), "winner_edited": False,
+                          "edited_stages": 0, "source": f"benchmarks/results/{path.name}"})
+    return taken
+
+
+def run_all(args: argparse.Namespace) -> list[dict]:
+    log = args.work / "results.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    if args.baselines_from:
+        have = {(r["strategy"], r["seed"]) for r in done}
+        done += [r for r in baselines_from(args.baselines_from, args) if (r["strategy"], r["seed"]) not in have]
+    have = {(r["strategy"], r["seed"]) for r in done}
+    jobs = [(s, seed) for seed in args.seed_list for s in args.strategies if (s, seed) not in have]
+    if args.report_only:
+        jobs = []
+
+    def run_and_record(job):
+        try:
+            result = run_one(*job, args)
+            result["edit_ablation"] = ablate(result, args)
+        except Exception as exc:  # one broken session is reported, not the end of the benchmark
+            print(f"{job[0]} seed {job[1]} FAILED: {exc}", flush=True)
+            with (args.work / "failures.jsonl").open("a") as handle:
+                handle.write(json.dumps({"strategy": job[0], "seed": job[1], "error": str(exc)[-3000:]}) + "\n")
+            return None
+        with log.open("a") as handle:
+            handle.write(json.dumps(result) + "\n")
+        print(f"{result['session']}: test {result['best_test']:.3f}, {result['wall_seconds'] / 60:.1f} min", flush=True)
+        return result
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        done += [r for r in pool.map(run_and_record, jobs) if r is not None]
+    return [r for r in done if r["strategy"] in args.strategies and r["seed"] in args.seed_list]
+
+
+def summary(results: list[dict], strategies: list[str]) -> dict:
+    table = {}
+    for strategy in strategies:
+        runs = [r for r in results if r["strategy"] == strategy]
+        if not runs:
+            continue
+        tests = [r["best_test"] for r in runs]
+        table[strategy] = {"seeds": len(runs), "test_median": statistics.median(tests), "test_min": min(tests),
+                           "test_max": max(tests), "winners_edited": sum(r.get("winner_edited", False) for r in runs)}
+        if strategy in LLM_STRATEGIES:
+            for key in ("requests", "repairs", "tokens"):
+                table[strategy][f"{key}_median"] = statistics.median(r.get(key, 0) for r in runs)
+    return table
+
+
+def margin(table: dict) -> dict | None:
+    """The better LLM strategy's median minus the best baseline's, in points."""
+    llm = [s for s in LLM_STRATEGIES if s in table]
+    base = [s for s in BASELINES if s in table]
+    if not llm or not base:
+        return None
+    best_llm = max(llm, key=lambda s: table[s]["test_median"])
+    best_base = max(base, key=lambda s: table[s]["test_median"])
+    points = 100 * (table[best_llm]["test_median"] - table[best_base]["test_median"])
+    return {"llm_strategy": best_llm, "baseline": best_base, "points": points,
+            "seeds": min(table[best_llm]["seeds"], table[best_base]["seeds"]), "target_points": MARGIN_POINTS,
+            "met": points >= MARGIN_POINTS and min(table[best_llm]["seeds"], table[best_base]["seeds"]) >= 3}
+
+
+def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
+    table = summary(results, args.strategies)
+    rows = ["| strategy | seeds | test median [min, max] | winners with an edit | requests / repairs / tokens "
+            "(median) |", "|---|---|---|---|---|"]
+    for strategy, entry in table.items():
+        usage = (f"{entry['requests_median']:g} / {entry['repairs_median']:g} / {entry['tokens_median']:,.0f}"
+                 if strategy in LLM_STRATEGIES else "—")
+        rows.append(f"| {strategy} | {entry['seeds']} | {entry['test_median']:.3f} [{entry['test_min']:.3f}, "
+                    f"{entry['test_max']:.3f}] | {entry['winners_edited']} | {usage} |")
+    paired = {}
+    rows += ["", "Paired by search seed (test accuracy, points; exact sign-flip test):", "",
+             "| LLM strategy | baseline | mean difference | wins / losses | p |", "|---|---|---|---|---|"]
+    for strategy in (s for s in LLM_STRATEGIES if s in table):
+        for baseline in (b for b in BASELINES if b in table):
+            test = paired_test(results, strategy, baseline)
+            if test:
+                paired[f"{strategy}-{baseline}"] = test
+                rows.append(f"| {strategy} | {baseline} | {100 * test['mean_difference']:+.1f} | {test['wins']} / "
+                            f"{test['losses']} (of {test['n']}) | {test['p_value']:.3f} |")
+    rows += ["", "Every session (seed: test ± stderr; winner's path; source):", ""]
+    for r in sorted(results, key=lambda r: (r["strategy"], r["seed"])):
+        ablation = r.get("edit_ablation")
+        note = (f"; without its edits {ablation['replay_test']:.3f} ({100 * ablation['delta']:+.1f} ± "
+                f"{100 * ablation['stderr']:.1f} points paired, stage sd {ablation['stage_sd']:.3f}: "
+                f"{ablation['verdict']})" if ablation else "")
+        rows.append(f"- {r['strategy']} {r['seed']}: {r['best_test']:.3f} ± {r['best_test_stderr']:.3f}; "
+                    f"{' › '.join(r['best_path']) or 'base'}{' (edited)' if r.get('winner_edited') else ''}; "
+                    f"{r.get('train_steps')} steps; {r.get('source', '')}{note}")
+    result = margin(table)
+    if result:
+        rows += ["", f"Margin: {result['llm_strategy']}'s median minus {result['baseline']}'s (the best baseline): "
+                     f"{result['points']:+.1f} points over {result['seeds']} seeds (target ≥ {MARGIN_POINTS:g} "
+                     f"over ≥ 3 seeds: {'met' if result['met'] else 'not met'})."]
+    rows += ["", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
+                 f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}."]
+    return "\n".join(rows) + "\n", {"summary": table, "paired": paired, "margin": result}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    results = run_all(args)
+    text, numbers = report(results, args)
+    text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
+    stem = f"llm_search-{args.template}"
+    (args.out / f"{stem}.md").write_text(f"# LLM strategies against the hyperparameter searches\n\n{text}")
+    (args.out / f"{stem}.json").write_text(json.dumps({
+        "template": args.template, "train_steps": args.train_steps, "seeds": args.seed_list,
+        "answered_by": ANSWERED_BY, **numbers, "sessions": results}, indent=2))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
