@@ -293,8 +293,8 @@ def ray_stages(config: SessionConfig, template: Template, stores: Stores, plan: 
                notify: Callable[[str], None]) -> RayStages:
     """The Ray side of ``--executor ray``: what every stage's job needs, and the cluster."""
     task = remote_stage.session_task(stores.workspace.path, config.session_dir / "frozen_hashes.json", config.sandbox,
-                                     stores.sandbox.limits, template.path / "env", plan)
-    return RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", task,
+                                     stores.sandbox.limits, plan)
+    return RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", task, config.session_dir,
                      cpus=trial_cpus(config, template) or 1.0, want_gpu=config.gpus != "none", notify=notify)
 
 

@@ -60,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
     args.steps, args.max_depth = 0, None  # search_efficiency's options: stage length free, autorl's depth
     args.template_path = args.template
+    args.commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                 cwd=REPO).stdout.strip()
     return args
 
 
@@ -113,6 +115,7 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
     result["edited_stages"] = sum(bool(n.get("edited")) for n in data["nodes"])
     result["train_steps"] = result.pop("train_steps_spent", None)
     result["source"] = "this benchmark"
+    result["commit"] = args.commit  # the code (and so the prompt) the session ran
     if strategy in LLM_STRATEGIES:
         result |= llm_usage(runs / "sessions" / result["session"], data.get("counters") or {})
     return result

@@ -36,7 +36,7 @@ from string import Template as Text
 from typing import Callable
 
 from search.edit_evidence import edits_text
-from search.importance import MIN_STAGES, fits, gains, importance_text, param_importance
+from search.importance import MIN_STAGES, fits, gains, gains_by_depth, importance_text, param_importance
 from search.novelty import TOLERANCE
 from search.policy import BestFirstPolicy
 from search.space import SearchSpace
@@ -139,23 +139,38 @@ def early_importance_text(observed: list[tuple[dict, float]], space: SearchSpace
         return f"(nothing to compare yet: the {len(observed)} scored stages all ran the same values)"
     lines.sort(key=lambda line: line[0])  # numeric by the size of the correlation, then categorical by spread
     return (f"A rough early estimate from {len(observed)} scored stages (fANOVA's shares need {MIN_STAGES}): how "
-            "each parameter that varied went with the stage's validation gain over its parent (numeric: rank "
+            "each parameter that varied went with the stage's gain over its parent, centred per depth (numeric: rank "
             "correlation, +1 = higher values gained more; categorical: mean gain at each value, with the number "
             "of stages). Several parameters changed at once between these stages, and one more stage can reverse "
             "a sign: read it as a hint, not a finding.\n" + "\n".join(text for _, text in lines))
 
 
 def mattered_text(tree: Tree, space: SearchSpace) -> str:
-    """fANOVA's shares from ``MIN_STAGES`` scored stages; before that, from ``EARLY_STAGES``, a
-    rough early estimate; before that, why there is none."""
-    observed = [(values, gain) for values, gain in gains(tree) if all(fits(space, n, values) for n in space.params)]
-    importance = param_importance(tree, space)
+    """How much a stage gained at each depth; then, from gains centred per depth, fANOVA's
+    shares from ``MIN_STAGES`` scored stages, before that a rough early estimate from
+    ``EARLY_STAGES``, before that why there is none."""
+    observed = [(values, gain) for values, gain in gains(tree, within_depth=True)
+                if all(fits(space, n, values) for n in space.params)]
+    by_depth = depth_text(tree)
+    importance = param_importance(tree, space, within_depth=True)
     if importance is not None:
-        return importance_text(importance, len(observed))
+        return by_depth + importance_text(importance, len(observed))
     if len(observed) < EARLY_STAGES:
-        return (f"(not yet: {len(observed)} stage{'s' * (len(observed) != 1)} scored against a scored parent; a rough "
-                f"early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
-    return early_importance_text(observed, space)
+        return by_depth + (f"(not yet: {len(observed)} stage{'s' * (len(observed) != 1)} scored against a scored "
+                           f"parent; a rough early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
+    return by_depth + early_importance_text(observed, space)
+
+
+def depth_text(tree: Tree) -> str:
+    """The mean gain over the parent at each stage depth, and what the estimates below do with it."""
+    by_depth = gains_by_depth(tree)
+    if not by_depth:
+        return ""
+    means = ", ".join(f"stage {depth} {sum(got) / len(got):+.3f} (mean of {len(got)})"
+                      for depth, got in by_depth.items())
+    return (f"Validation gain over the parent by stage depth: {means}. Depth moves the gain whatever the values "
+            "(a later stage usually gains less), so what follows compares each stage only with the others at its "
+            "depth (its gain less their mean gain; a stage alone at its depth is left out).\n")
 
 
 def facts_text(space: SearchSpace, train_size: int | None, completions_per_step: int | None,
@@ -177,6 +192,8 @@ def facts_text(space: SearchSpace, train_size: int | None, completions_per_step:
         lines.append("- Trainer options train.py leaves at their defaults (as installed; an edit sets one by passing "
                      "it where train.py builds its GRPOConfig). Each stage is one training run, so a schedule set "
                      "here restarts in every stage:\n" + edit_options)
+    lines.append("- Every stage trains with a seed of its own (data order and sampling), so two stages with the same "
+                 "values still differ by the training noise below.")
     temperature = space.named("temperature")
     rollouts = f"sampled at the stage's own `{temperature}`" if temperature else "sampled as the stage samples"
     lines.append(f"- A stage's curves (reward, reward_std, entropy, completion lengths, zero-variance groups) are "
@@ -211,6 +228,10 @@ class Noise:
         else:
             lines.append("- Training randomness: not measured for this template; expect the seed-to-seed spread "
                          "of a stage to be at least the evaluation's standard error.")
+        spread = f"² + {self.stage_sd:.3f}²" if self.stage_sd else "²"
+        lines.append(f"- A paired verdict against the parent says better or worse only beyond 2 × √(paired SE{spread}); "
+                     "below that it says tie, so a tie of +2 paired SE is a lead the seed noise can explain, not "
+                     "nothing.")
         return "\n".join(lines)
 
 
@@ -315,7 +336,7 @@ class ContextBuilder:
         flying = [n for n in tree.nodes.values() if n.status in IN_FLIGHT]
         if not flying:
             return ""
-        lines = [self.node_line(tree, n) + (f"; proposed because: {n.rationale[:160]}" if n.rationale else "")
+        lines = [self.node_line(tree, n) + (f"; proposed because: {_clip_words(n.rationale, RATIONALE_CHARS // 2)}" if n.rationale else "")
                  for n in flying]
         return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
                 "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
@@ -328,7 +349,8 @@ class ContextBuilder:
     def winner_text(self, tree: Tree) -> str:
         """Which node the session's result is: the best by validation, scored once on test at the end."""
         rule = ("At the end, the node with the best validation score (ties: the earlier one) is scored once on the "
-                "test split, and that is the session's result")
+                "test split, and that is the session's result; the last stages are scored on validation like every "
+                "other, so one whose score you never see can still be the result")
         best = tree.best()
         if best is None:
             return rule + "; no node is scored yet."
@@ -389,7 +411,7 @@ class ContextBuilder:
             lines.append(f"- against its parent (paired, same {c.n} items): "
                          f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}")
         if node.rationale:
-            lines.append(f"- why it was proposed: {node.rationale[:300]}")
+            lines.append(f"- why it was proposed: {_clip_words(node.rationale, RATIONALE_CHARS)}")
         lines.append("- diagnosis:\n" + _indent(findings_text(node.diagnosis)))
         if curves:
             temperature = self.space.named("temperature")
@@ -462,6 +484,16 @@ def _clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit // 2] + "\n… (middle omitted) …\n" + text[-limit // 2:]
+
+
+RATIONALE_CHARS = 500  # of a proposal's rationale, shown again in later prompts (system.md says so)
+
+
+def _clip_words(text: str, limit: int) -> str:
+    """``text`` cut at a word boundary before ``limit`` characters, the cut marked."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _indent(text: str) -> str:

@@ -20,14 +20,29 @@ from search.tree import Tree
 MIN_STAGES = 6
 
 
-def gains(tree: Tree) -> list[tuple[dict, float]]:
-    """(values, validation gain over the parent) of every scored stage whose parent was scored."""
-    out = []
+def gains(tree: Tree, within_depth: bool = False) -> list[tuple[dict, float]]:
+    """(values, validation gain over the parent) of every scored stage whose parent was scored.
+    ``within_depth``: each gain less the mean gain of the stages at its depth (stages alone
+    at theirs left out), since depth moves the gain whatever the values (a later stage
+    usually gains less) and values often change with depth."""
+    found = [(node, node.val_score - tree.score_of(node.parent)) for node in tree.scored()
+             if tree.score_of(node.parent) is not None]
+    if not within_depth:
+        return [(node.hyperparameters, gain) for node, gain in found]
+    by_depth = gains_by_depth(tree)
+    means = {depth: sum(got) / len(got) for depth, got in by_depth.items()}
+    return [(node.hyperparameters, gain - means[node.depth]) for node, gain in found
+            if len(by_depth[node.depth]) > 1]  # a stage alone at its depth has no one to compare with
+
+
+def gains_by_depth(tree: Tree) -> dict[int, list[float]]:
+    """The gains over the parent of the scored stages, by stage depth."""
+    out: dict[int, list[float]] = {}
     for node in tree.scored():
         parent_score = tree.score_of(node.parent)
         if parent_score is not None:
-            out.append((node.hyperparameters, node.val_score - parent_score))
-    return out
+            out.setdefault(node.depth, []).append(node.val_score - parent_score)
+    return dict(sorted(out.items()))
 
 
 def fits(space: SearchSpace, name: str, values: dict) -> bool:
@@ -39,10 +54,12 @@ def fits(space: SearchSpace, name: str, values: dict) -> bool:
     return True
 
 
-def param_importance(tree: Tree, space: SearchSpace, seed: int = 0) -> dict[str, float] | None:
+def param_importance(tree: Tree, space: SearchSpace, seed: int = 0,
+                     within_depth: bool = False) -> dict[str, float] | None:
     """Each parameter's share of the gain's variance (summing to 1, largest first), or None
     while fewer than ``MIN_STAGES`` stages are scored or every stage had the same values."""
-    observed = [(values, gain) for values, gain in gains(tree) if all(fits(space, n, values) for n in space.params)]
+    observed = [(values, gain) for values, gain in gains(tree, within_depth)
+                if all(fits(space, n, values) for n in space.params)]
     if len(observed) < MIN_STAGES:
         return None
     varied = {name for name in space.params if len({repr(v[name]) for v, _ in observed}) > 1}

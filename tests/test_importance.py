@@ -3,7 +3,7 @@
 import random
 
 from autorl.stages import template as templates
-from search.importance import MIN_STAGES, importance_text, param_importance
+from search.importance import MIN_STAGES, gains, importance_text, param_importance
 from search.tree import Node, Status, Tree
 
 SPACE = templates.load("arith").space
@@ -34,3 +34,15 @@ def test_no_estimate_from_too_few_stages_or_values_outside_the_space():
         node.hyperparameters = {**node.hyperparameters, "epsilon": 0.2, "learning_rate": 5.0}  # an older space
     assert param_importance(tree, SPACE) is None
     assert "not yet" in importance_text(None, 3)
+
+
+def test_gains_within_depth_compare_a_stage_only_with_its_own_depth():
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    for node_id, parent, depth, score, rate in (("n001", None, 1, 0.70, 1e-4), ("n002", None, 1, 0.60, 3e-4),
+                                                ("n003", "n001", 2, 0.72, 1e-4)):
+        tree.add(Node(node_id, parent, depth, {"learning_rate": rate}, seed=1, proposer="tree",
+                      status=Status.SUCCEEDED, val_score=score, val_stderr=0.01))
+    assert [round(g, 3) for _, g in gains(tree)] == [0.2, 0.1, 0.02]
+    # depth 1's mean gain is 0.15; n003 is alone at depth 2 and says nothing about its values
+    assert [(v["learning_rate"], round(g, 3)) for v, g in gains(tree, within_depth=True)] == [(1e-4, 0.05),
+                                                                                              (3e-4, -0.05)]

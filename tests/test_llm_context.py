@@ -308,7 +308,8 @@ def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_ma
     section = section[section.index("# What has mattered so far"): section.index("# Candidate parents")]
     assert "A rough early estimate from 4 scored stages (fANOVA's shares need 6)" in section
     assert "- learning_rate: rank correlation -1.00 with the gain (values 1e-05 to 0.001)" in section
-    assert "- beta: mean gain +0.047 at 0.0 (3), -0.300 at 0.04 (1)" in section
+    assert "by stage depth: stage 1 -0.040 (mean of 4)" in section  # and what follows is centred on it
+    assert "- beta: mean gain +0.087 at 0.0 (3), -0.260 at 0.04 (1)" in section
     assert "read it as a hint, not a finding" in section
 
 
@@ -342,7 +343,9 @@ def test_the_prompt_says_what_wins_what_a_stage_trains_on_and_what_its_curves_me
     assert "measured on its own rollouts, sampled at the stage's own `temperature`" in static
     assert "compare curves across stages only at equal temperatures" in static
     assert ("At the end, the node with the best validation score (ties: the earlier one) is scored once on the test "
-            "split, and that is the session's result. Now: n003 (0.650 ± 0.015, at the depth limit).") in dynamic
+            "split, and that is the session's result; the last stages are scored on validation like every other, so "
+            "one whose score you never see can still be the result. Now: n003 (0.650 ± 0.015, at the depth "
+            "limit).") in dynamic
     assert "no node is scored yet" in builder.messages(Tree(0.5, 0.016), PromptView(None, [None], ""))[1]["content"]
 
 

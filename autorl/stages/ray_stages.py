@@ -8,10 +8,13 @@ controller killed with ``kill -9`` and resumed finds the job still running (or f
 and follows it instead of training the stage again. Ray jobs outlive their submitter;
 ``Ctrl-C`` stops them.
 
-What the cluster needs: the session folder (workspace, checkpoints, node folders) on
-storage every node reaches at the same path, and the same Python environment at the same
-path on every node. Per-step metrics come back through that storage (the controller
-tails ``metrics.jsonl``), the result as ``stage_result.json``.
+The nodes share no folder with the controller or each other: a stage's inputs (the
+session's workspace, the parent checkpoint, its train.py) and outputs (its node folder)
+cross the cluster through the session's stash in Ray's object store (``ray_files.py``),
+its steps as lines the controller reads while it trains. Each node needs the same Python
+environment at the same path. A job whose node is lost mid-stage is submitted again
+(``-r1``, ``-r2``: another node takes it); a stage's files arrive once, whichever job
+made them.
 
 Without ``--ray-address`` autorl uses the Ray head on this machine (``autorl server up
 --ray`` starts one), starting it when none answers.
@@ -26,18 +29,20 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from autorl.analysis.curves import read_records
 from autorl.errors import ConfigError, SessionError
 from autorl.stages import remote_stage
 from autorl.stages.spec import TrialSpec
-from autorl.stages.stage import MetricsTail, StageOutcome, StageWork
+from autorl.stages.stage import StageOutcome, StageWork
 
 LOCAL_ADDRESS = "http://127.0.0.1:8265"
 HEAD_PORT = 6380
+GCS_PORT = 6379  # Ray's default for a head started elsewhere
 POLL_S = 0.2
 START_TIMEOUT_S = 120.0
 # a loopback head must stay on 127.0.0.1, and auth must be said explicitly on every side
@@ -107,34 +112,50 @@ def reach(address: str | None) -> str:
     return address
 
 
-@dataclass
-class RayJob:
-    submission_id: str
-    node_dir: Path
+MAX_NODE_RETRIES = 2  # a stage whose node was lost trains again elsewhere, this many times
 
 
 class RayStages:
-    """Submits stages to a Ray cluster and follows them until they end."""
+    """Submits stages to a Ray cluster, ships their files through the session's stash and
+    follows them until they end."""
 
-    def __init__(self, address: str | None, session_key: str, session_task: dict, cpus: float = 1.0,
-                 want_gpu: bool = True, notify: Callable[[str], None] = lambda text: None):
+    def __init__(self, address: str | None, session_key: str, session_task: dict, session_dir: Path,
+                 cpus: float = 1.0, want_gpu: bool = True,
+                 notify: Callable[[str], None] = lambda text: None):
         ray_environment()
         from ray.job_submission import JobSubmissionClient
 
+        from autorl.stages import ray_files
+
         self.address = reach(address)
         self.client = JobSubmissionClient(self.address)
+        join_cluster(self.address)
+        self.stash = ray_files.open_stash(session_key)
         self.session_key = session_key
-        self.session_task = session_task  # remote_stage.session_task: what every job of the session needs
+        self.session_task = {**session_task,
+                             "workspace_key": f"workspace/{session_task['workspace_digest']}"}
+        self.session_dir = session_dir
         self.cpus = cpus
         self.gpus = 1 if want_gpu and cluster_gpus(self.address) else 0
         self.notify = notify
 
     def describe(self) -> str:
         gpu = f", {self.gpus} GPU" if self.gpus else ""
-        return f"stages run as Ray jobs on {self.address} ({self.cpus:g} CPU{gpu} each)"
+        return (f"stages run as Ray jobs on {self.address} ({self.cpus:g} CPU{gpu} each; files through the "
+                "cluster's object store)")
 
-    def submission_id(self, node_id: str, attempt: int) -> str:
-        return f"autorl-{self.session_key}-{node_id}-a{attempt}"
+    def submission_id(self, node_id: str, attempt: int, retry: int = 0) -> str:
+        return f"autorl-{self.session_key}-{node_id}-a{attempt}" + (f"-r{retry}" if retry else "")
+
+    def latest(self, node_id: str, attempt: int) -> tuple[int, str | None]:
+        """The last job submitted for a node attempt (its retry number) and its state."""
+        retry, state = 0, self.status(self.submission_id(node_id, attempt))
+        while retry < MAX_NODE_RETRIES:
+            later = self.status(self.submission_id(node_id, attempt, retry + 1))
+            if later is None:
+                break
+            retry, state = retry + 1, later
+        return retry, state
 
     def status(self, submission_id: str) -> str | None:
         """The job's state (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED), None when unknown.
@@ -150,55 +171,114 @@ class RayStages:
     def run(self, attempt: int, spec: TrialSpec, on_step: Callable[[dict], None],
             should_stop: Callable[[], bool]) -> StageWork:
         """Submit the stage (unless its job already exists: then follow it) and wait for its
-        result; a job that ended without one (stopped, lost with its node) fails the stage."""
-        job = RayJob(self.submission_id(spec.node_id, attempt), Path(spec.output_dir))
-        if self.status(job.submission_id) is None:
-            self.submit(job, remote_stage.stage_task(self.session_task, spec))
-        work = self.follow(job, on_step, should_stop)
-        return work or StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
-                                                           "node was lost); see the job's log"))
+        result. A job whose node was lost is submitted again (another node takes it); a job
+        that ended without a result for another reason fails the stage."""
+        retry, state = self.latest(spec.node_id, attempt)
+        lost: list[str] = []
+        while True:
+            job = self.submission_id(spec.node_id, attempt, retry)
+            if state is None:
+                self.submit(job, spec)
+            work = self.follow(job, Path(spec.output_dir), on_step, should_stop)
+            if work is not None:
+                return self.noted(work, lost)
+            node = self.lost_node(job)
+            if node is None or retry >= MAX_NODE_RETRIES:
+                return StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
+                                                           f"node was lost); see the job's log: {self.log_tail(job)}"))
+            lost.append(node)
+            self.notify(f"{spec.node_id}: Ray node {node[:8]} was lost mid-stage: the stage trains again on another "
+                        "node")
+            retry, state = retry + 1, None
+
+    @staticmethod
+    def noted(work: StageWork, lost: list[str]) -> StageWork:
+        """The tree says where the stage ran, and which nodes it lost on the way."""
+        result = work.outcome.result
+        if result is not None and lost:
+            result.notes.append(f"retried after losing Ray node{'s' * (len(lost) > 1)} "
+                                f"{', '.join(n[:8] for n in lost)}")
+            result.worker += f"; retried after node loss ({len(lost)})"
+        return work
 
     def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> bool:
         """Whether the node's stage still runs as a Ray job, or ran to its end, after the
         controller stopped: then a resume follows the job instead of training again."""
-        state = self.status(self.submission_id(node_id, attempt))
-        return state in ("PENDING", "RUNNING") or (
-            state == "SUCCEEDED" and (node_dir / remote_stage.RESULT_FILE).is_file())
+        from autorl.stages import ray_files
 
-    def submit(self, job: RayJob, task: dict) -> None:
-        job.node_dir.mkdir(parents=True, exist_ok=True)
-        (job.node_dir / remote_stage.RESULT_FILE).unlink(missing_ok=True)
-        task_path = job.node_dir / remote_stage.TASK_FILE
-        task_path.write_text(json.dumps(task, indent=1))
+        retry, state = self.latest(node_id, attempt)
+        job = self.submission_id(node_id, attempt, retry)
+        return state in ("PENDING", "RUNNING") or (
+            state == "SUCCEEDED" and ray_files.has_blob(self.stash, f"{job}/out"))
+
+    def submit(self, job: str, spec: TrialSpec) -> None:
+        """Put the stage's inputs in the stash (the workspace once per session) and start its job."""
+        from autorl.stages import ray_files
+
+        workspace = Path(self.session_task["workspace"])
+        # the controller checks the node's train.py out before it starts the stage, and
+        # starts a stage with another train.py only once the running ones have ended
+        task = remote_stage.stage_task(self.session_task, spec, (workspace / "train.py").read_text(),
+                                       self.session_dir)
+        key = self.session_task["workspace_key"]
+        if not ray_files.has_blob(self.stash, key):
+            ray_files.put_blob(self.stash, key, ray_files.pack({".": workspace}, skip=remote_stage.NOT_SHIPPED))
+        self.stash.drop.remote(f"{job}/")  # what an earlier submission of the same id left
+        if "shipped" in task["start"]:
+            ray_files.put_blob(self.stash, f"{job}/parent", ray_files.pack({".": Path(spec.init_checkpoint)}))
+        ray_files.put_blob(self.stash, f"{job}/task", json.dumps(task).encode())
         self.client.submit_job(
-            entrypoint=f"{sys.executable} -m autorl.stages.remote_stage {task_path}",
-            submission_id=job.submission_id,
+            entrypoint=f"{sys.executable} -m autorl.stages.remote_stage {ray_files.stash_name(self.session_key)} "
+                       f"{job}",
+            submission_id=job,
             entrypoint_num_cpus=self.cpus,
             entrypoint_num_gpus=self.gpus or None,
             runtime_env={"env_vars": dict(RAY_ENV)},
             metadata={"autorl.session": self.session_key},
         )
 
-    def follow(self, job: RayJob, on_step: Callable[[dict], None], should_stop: Callable[[], bool]) -> StageWork | None:
-        tail = MetricsTail(job.node_dir / "metrics.jsonl")
+    def follow(self, job: str, node_dir: Path, on_step: Callable[[dict], None],
+               should_stop: Callable[[], bool]) -> StageWork | None:
+        """Hear the job's steps until it ends; then take its node folder from the stash."""
+        import ray
+
+        from autorl.stages import ray_files
+
+        heard = 0
         while True:
             if should_stop():
-                self.stop(job.submission_id)
+                self.stop(job)
                 raise KeyboardInterrupt
-            for record in tail.read_new():
-                on_step(record)
-            state = self.status(job.submission_id)
+            lines = ray.get(self.stash.read.remote(f"{job}/metrics", heard))
+            heard += len(lines)
+            for line in lines:
+                on_step(json.loads(line))
+            state = self.status(job)
             if state in TERMINAL or state is None:
                 break
             time.sleep(POLL_S)
-        for record in tail.read_new():
-            on_step(record)
-        result = job.node_dir / remote_stage.RESULT_FILE
-        if state != "SUCCEEDED" or not result.is_file():
-            self.notify(f"Ray job {job.submission_id} ended {state or 'unknown'} without a result: "
-                        f"{self.job_log_tail(job.submission_id)}")
+        blob = ray_files.get_blob(self.stash, f"{job}/out")
+        if blob is None:
+            self.notify(f"Ray job {job} ended {state or 'unknown'} without a result: {self.log_tail(job)}")
             return None
-        return remote_stage.decode(json.loads(result.read_text()), tail.records)
+        for stale in ("checkpoint", "metrics.jsonl", remote_stage.RESULT_FILE):
+            path = node_dir / stale
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        ray_files.unpack(blob, node_dir)
+        self.stash.drop.remote(f"{job}/")
+        data = json.loads((node_dir / remote_stage.RESULT_FILE).read_text())
+        work = remote_stage.decode(data, read_records(node_dir / "metrics.jsonl"), node_dir)
+        if work.outcome.result is not None:
+            work.outcome.result.worker = f"{work.outcome.result.worker} on Ray node {data['ray_node'][:8]}"
+        return work
+
+    def lost_node(self, job: str) -> str | None:
+        """The node a job ran on, when the cluster has lost it (None: the node is alive or unknown)."""
+        try:
+            node = self.client.get_job_info(job).driver_node_id
+        except Exception:  # noqa: BLE001 - a job Ray forgot: nothing to say about its node
+            return None
+        return node if node and node in dead_nodes(self.address) else None
 
     def stop(self, submission_id: str) -> None:
         """Stop a job and wait (briefly) until Ray says it stopped: its processes are killed."""
@@ -210,11 +290,42 @@ class RayStages:
         while self.status(submission_id) not in TERMINAL and time.monotonic() < deadline:
             time.sleep(POLL_S)
 
-    def job_log_tail(self, submission_id: str) -> str:
+    def log_tail(self, submission_id: str) -> str:
         try:
             return " | ".join(self.client.get_job_logs(submission_id).strip().splitlines()[-3:])[-400:]
         except RuntimeError:
             return "no log"
+
+
+def join_cluster(dashboard: str) -> None:
+    """Connect this process to the cluster as a Ray driver (the stash lives in its object
+    store): at ``RAY_ADDRESS`` when it names the head's GCS (``host:port``), else at the
+    dashboard's host on Ray's default port (this machine's head: its own port)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    given = os.environ.get("RAY_ADDRESS", "")
+    if given and not given.startswith(("http://", "https://", "ray://")):
+        gcs = given
+    else:
+        host = urllib.parse.urlparse(dashboard).hostname or "127.0.0.1"
+        gcs = f"{host}:{HEAD_PORT if dashboard == LOCAL_ADDRESS else GCS_PORT}"
+    try:
+        ray.init(address=gcs, namespace="autorl", log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"could not join the Ray cluster at {gcs} ({exc}); set RAY_ADDRESS to its head's "
+                          "host:port") from exc
+
+
+def dead_nodes(address: str) -> set[str]:
+    from ray.util.state import list_nodes
+
+    try:
+        nodes = list_nodes(address=address, filters=[("state", "=", "DEAD")], raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 - the state API is down: say nothing was lost
+        return set()
+    return {node.node_id for node in nodes}
 
 
 def cluster_gpus(address: str) -> int:
