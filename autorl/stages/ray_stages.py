@@ -173,7 +173,10 @@ class RayStages:
         """Submit the stage (unless its job already exists: then follow it) and wait for its
         result. A job whose node was lost is submitted again (another node takes it); a job
         that ended without a result for another reason fails the stage."""
+        Path(spec.output_dir).mkdir(parents=True, exist_ok=True)  # the controller's folder of the node
         retry, state = self.latest(spec.node_id, attempt)
+        if state is None and (missing := self.unplaceable()) is not None:
+            return StageWork(StageOutcome(None, reason=missing))
         lost: list[str] = []
         while True:
             job = self.submission_id(spec.node_id, attempt, retry)
@@ -190,6 +193,17 @@ class RayStages:
             self.notify(f"{spec.node_id}: Ray node {node[:8]} was lost mid-stage: the stage trains again on another "
                         "node")
             retry, state = retry + 1, None
+
+    def unplaceable(self) -> str | None:
+        """Why no live node of the cluster can take a stage (None: one can). Ray would keep
+        such a job pending forever; the stage fails at once and says what it asked for."""
+        nodes = alive_resources(self.address)
+        if nodes is None or any(n.get("CPU", 0) >= self.cpus and n.get("GPU", 0) >= self.gpus for n in nodes):
+            return None
+        largest = max((n.get("CPU", 0) for n in nodes), default=0)
+        gpu = f" and {self.gpus} GPU" if self.gpus else ""
+        return (f"no node of the cluster has {self.cpus:g} CPUs{gpu} free to give a stage (the largest has "
+                f"{largest:g} CPUs): lower --trial-cpus, or add a node that has them")
 
     @staticmethod
     def noted(work: StageWork, lost: list[str]) -> StageWork:
@@ -244,13 +258,17 @@ class RayStages:
 
         from autorl.stages import ray_files
 
-        heard = 0
+        heard, mirror = 0, node_dir / "metrics.jsonl"
+        mirror.unlink(missing_ok=True)  # this job's steps only: a lost job's are not the stage's
         while True:
             if should_stop():
                 self.stop(job)
                 raise KeyboardInterrupt
             lines = ray.get(self.stash.read.remote(f"{job}/metrics", heard))
             heard += len(lines)
+            if lines:  # mirrored where a local stage writes them, for whoever tails the node's folder
+                with mirror.open("a") as handle:
+                    handle.write("".join(line + "\n" for line in lines))
             for line in lines:
                 on_step(json.loads(line))
             state = self.status(job)
@@ -268,16 +286,21 @@ class RayStages:
         self.stash.drop.remote(f"{job}/")
         data = json.loads((node_dir / remote_stage.RESULT_FILE).read_text())
         work = remote_stage.decode(data, read_records(node_dir / "metrics.jsonl"), node_dir)
-        if work.outcome.result is not None:
-            work.outcome.result.worker = f"{work.outcome.result.worker} on Ray node {data['ray_node'][:8]}"
+        node = self.job_node(job)
+        if work.outcome.result is not None and node:
+            work.outcome.result.worker = f"{work.outcome.result.worker} on Ray node {node[:8]}"
         return work
+
+    def job_node(self, job: str) -> str | None:
+        """The node whose resources the job's entrypoint took (None when Ray forgot the job)."""
+        try:
+            return self.client.get_job_info(job).driver_node_id or None
+        except Exception:  # noqa: BLE001 - a job Ray forgot: nothing to say about its node
+            return None
 
     def lost_node(self, job: str) -> str | None:
         """The node a job ran on, when the cluster has lost it (None: the node is alive or unknown)."""
-        try:
-            node = self.client.get_job_info(job).driver_node_id
-        except Exception:  # noqa: BLE001 - a job Ray forgot: nothing to say about its node
-            return None
+        node = self.job_node(job)
         return node if node and node in dead_nodes(self.address) else None
 
     def stop(self, submission_id: str) -> None:
@@ -316,6 +339,17 @@ def join_cluster(dashboard: str) -> None:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"could not join the Ray cluster at {gcs} ({exc}); set RAY_ADDRESS to its head's "
                           "host:port") from exc
+
+
+def alive_resources(address: str) -> list[dict] | None:
+    """Each live node's total resources (None when the state API does not answer)."""
+    from ray.util.state import list_nodes
+
+    try:
+        nodes = list_nodes(address=address, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+    except Exception:  # noqa: BLE001 - an old or locked-down dashboard: let Ray place the job
+        return None
+    return [dict(node.resources_total or {}) for node in nodes]
 
 
 def dead_nodes(address: str) -> set[str]:

@@ -145,14 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ray_files.unpack(ray_files.get_blob(stash, f"{key}/parent"), folder / "parent")
         init = folder / "parent"
-    node_dir = folder / "node"
+    node_dir = folder / data["spec"]["node_id"]  # as the controller names it (nodes/<id>)
 
     def on_step(record: dict) -> None:
         stash.append.remote(f"{key}/metrics", [json.dumps(record)])  # in order: one caller, one actor
 
     work = run_stage(data, workspace, cache / "env", init, node_dir, on_step)
-    result = {**encode(work, node_dir), "ray_node": ray.get_runtime_context().get_node_id()}
-    (node_dir / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    (node_dir / RESULT_FILE).write_text(json.dumps(encode(work, node_dir), indent=1))
     ray_files.put_blob(stash, f"{key}/out", ray_files.pack({".": node_dir}, skip=("worker",)))
     shutil.rmtree(folder, ignore_errors=True)
     return 0
