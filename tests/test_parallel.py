@@ -102,21 +102,38 @@ def test_a_parallel_session_killed_mid_stage_resumes_both_running_stages(tmp_pat
     assert sum(n["attempt"] == 2 for n in data["nodes"]) == 2  # the two cut short were trained again, once
 
 
-def test_a_stage_result_survives_the_trip_through_its_file(tmp_path):
+def test_a_stage_result_survives_the_trip_through_its_file_to_another_folder(tmp_path):
+    """A node's folder is packed on a cluster node and unpacked in the controller's: the
+    result names its files relative to the folder, so they resolve wherever it lands."""
     from autorl.errors import ContractError
     from autorl.stages.evaluate import EvalResult
     from autorl.stages.remote_stage import decode, encode
     from autorl.stages.stage import StageOutcome, StageWork
     from sandbox import RunResult
 
-    run = RunResult(0, False, 3.5, tmp_path / "stdout.log", tmp_path / "stderr.log", {"status": "ok"}, tier="bwrap")
-    outcome = StageOutcome(run, [{"step": 1}], tmp_path / "checkpoint", None, {"steps_s": 2.0})
-    scored = StageWork(outcome, EvalResult("validation", 0.5, 0.01, 100, 1.0, 1.2, tmp_path / "eval.json"))
-    back = decode(json.loads(json.dumps(encode(scored))), [{"step": 1}])
-    assert back.evaluation == scored.evaluation and back.outcome.result == run
-    assert back.outcome.checkpoint == outcome.checkpoint and back.outcome.timing == {"steps_s": 2.0}
-    refused = decode(json.loads(json.dumps(encode(StageWork(outcome, refusal=ContractError("no output"))))), [])
+    there, here = tmp_path / "node" / "n003", tmp_path / "sessions" / "s" / "nodes" / "n003"
+    run = RunResult(0, False, 3.5, there / "stdout.log", there / "stderr.log", {"status": "ok"}, tier="bwrap")
+    outcome = StageOutcome(run, [{"step": 1}], there / "checkpoint", None, {"steps_s": 2.0})
+    scored = StageWork(outcome, EvalResult("validation", 0.5, 0.01, 100, 1.0, 1.2, there / "eval_validation.json"))
+    back = decode(json.loads(json.dumps(encode(scored, there))), [{"step": 1}], here)
+    assert back.outcome.result.stdout_path == here / "stdout.log" and back.outcome.checkpoint == here / "checkpoint"
+    assert back.evaluation.path == here / "eval_validation.json" and back.evaluation.mean == 0.5
+    assert back.outcome.timing == {"steps_s": 2.0} and back.outcome.result.tier == "bwrap"
+    refused = decode(json.loads(json.dumps(encode(StageWork(outcome, refusal=ContractError("no output")), there))),
+                     [], here)
     assert isinstance(refused.refusal, ContractError) and str(refused.refusal) == "no output"
+
+
+def test_a_worker_plan_moves_to_the_node_that_runs_the_stage():
+    from autorl.stages.remote_stage import relocate
+
+    plan = {"visible": ["/srv/runs/sessions/s/workspace"], "hidden_roots": ["/srv/runs/sessions/s/nodes"],
+            "preload": [{"paths": ["/srv/runs/sessions/s/workspace/env"], "modules": ["torch"]}],
+            "home": "/srv/runs/sessions/s/worker", "other": "/srv/runs/sessions/sx"}
+    moved = relocate(plan, {"/srv/runs/sessions/s/workspace": "/scratch/w", "/srv/runs/sessions/s": "/scratch/job"})
+    assert moved["visible"] == ["/scratch/w"] and moved["hidden_roots"] == ["/scratch/job/nodes"]
+    assert moved["preload"][0] == {"paths": ["/scratch/w/env"], "modules": ["torch"]}
+    assert moved["other"] == "/srv/runs/sessions/sx"  # a sibling folder with a longer name is not under it
 
 
 def test_trials_side_by_side_get_their_share_of_the_cpus(tmp_path):
