@@ -6,7 +6,7 @@ and may edit train.py) run through an OpenAI-compatible relay on loopback
 `grid`, `greedy` and `pbt` run at the same `--train-steps` and search seeds. Every
 session is a real `autorl research` run; its winner is scored once on the test split by
 the session itself. A winner whose path edited train.py is then replayed without its
-edits (autorl/analysis/replay.py): the paired test difference is the edits' worth.
+edits (autorl/replay.py): the paired test difference is the edits' worth.
 
     .venv/bin/python benchmarks/llm_search.py --template digitsort --train-steps 160 --seeds 3 \\
         --work /tmp/llm-bench [--strategies llm,hybrid] [--baselines-from FILE.json]
@@ -125,7 +125,7 @@ def ablate(result: dict, args: argparse.Namespace) -> dict | None:
     """The winner's schedule replayed with the template's train.py (only when it edited)."""
     if not result.get("winner_edited"):
         return None
-    from autorl.analysis.replay import edit_worth
+    from autorl.replay import edit_worth
     from autorl.stages import template as templates
     from sandbox import choose_sandbox
 

@@ -229,8 +229,9 @@ class Noise:
             lines.append("- Training randomness: not measured for this template; expect the seed-to-seed spread "
                          "of a stage to be at least the evaluation's standard error.")
         spread = f"² + {self.stage_sd:.3f}²" if self.stage_sd else "²"
-        lines.append(f"- A paired verdict against the parent says better or worse only beyond 2 × √(paired SE{spread}); "
-                     "below that it says tie, so a tie of +2 paired SE is a lead the seed noise can explain, not "
+        lines.append(f"- A paired verdict against the parent says better or worse only beyond "
+                     f"2 × √(paired SE{spread}); below that it says tie, so a tie of +2 paired SE is a lead the "
+                     "seed noise can explain, not "
                      "nothing.")
         return "\n".join(lines)
 
@@ -336,8 +337,8 @@ class ContextBuilder:
         flying = [n for n in tree.nodes.values() if n.status in IN_FLIGHT]
         if not flying:
             return ""
-        lines = [self.node_line(tree, n) + (f"; proposed because: {_clip_words(n.rationale, RATIONALE_CHARS // 2)}" if n.rationale else "")
-                 for n in flying]
+        lines = [self.node_line(tree, n) + (f"; proposed because: {_clip_words(n.rationale, RATIONALE_CHARS // 2)}"
+                                            if n.rationale else "") for n in flying]
         return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
                 "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
 
@@ -444,7 +445,8 @@ class ContextBuilder:
                     if view.timeouts else "")
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
-            winner=self.winner_text(tree), tpe=self.tpe_text(tree), edits=edits_text(tree, self.edit_summary, shape["edits"]),
+            winner=self.winner_text(tree), tpe=self.tpe_text(tree),
+            edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
             pick=self.pick_text(tree, view), expandable=expandable,
             candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from autorl.analysis.replay import edit_worth, replay_path
 from autorl.errors import SessionError
+from autorl.replay import edit_worth, replay_path
 from autorl.stages import template as templates
 from autorl.stages.spec import TrialSpec
 from sandbox import choose_sandbox
