@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_efficiency import REPO, paired_test, run_session  # noqa: E402
+from search_efficiency import REPO, paired_test, run_session, summarise  # noqa: E402
 
 LLM_STRATEGIES = ("hybrid", "llm")
 BASELINES = ("tree", "grid", "greedy", "pbt")
@@ -100,22 +100,37 @@ def show(runs: Path, name: str) -> dict:
     return json.loads(done.stdout)
 
 
+def finished(runs: Path, name: str) -> dict | None:
+    """A session that already ran to its end in WORK (its benchmark process died after it)."""
+    if not (runs / "mlflow.db").exists():
+        return None
+    try:
+        data = show(runs, name)
+    except subprocess.CalledProcessError:
+        return None
+    return data if data["status"] == "finished" else None
+
+
 def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
-    """One session through the CLI; the LLM ones through a relay of their own."""
-    if strategy in LLM_STRATEGIES:
+    """One session through the CLI (the LLM ones through a relay of their own), or the
+    finished session WORK already holds: a session is never paid for twice."""
+    runs, name = args.work / f"{strategy}-{seed}", f"bench-{strategy}-{seed}"
+    if (done := finished(runs, name)) is not None:
+        result = {"strategy": strategy, "seed": seed, "wall_seconds": done.get("seconds") or 0.0, **summarise(done),
+                  "adopted": True}
+    elif strategy in LLM_STRATEGIES:
         with relay(args.work / "relay" / f"{strategy}-{seed}", args.relay) as url:
             result = run_session(strategy, seed, args, extra=("--llm", "relay-model", "--llm-base-url", url,
                                                               "--llm-timeout", str(args.llm_timeout)))
     else:
         result = run_session(strategy, seed, args)
-    runs = args.work / f"{strategy}-{seed}"
-    data = show(runs, result["session"])
+    data = show(runs, name)
     nodes = {n["id"]: n for n in data["nodes"]}
     result["winner_edited"] = any(nodes[i].get("edited") for i in result["best_path"] if i in nodes)
     result["edited_stages"] = sum(bool(n.get("edited")) for n in data["nodes"])
     result["train_steps"] = result.pop("train_steps_spent", None)
     result["source"] = "this benchmark"
-    result["commit"] = args.commit  # the code (and so the prompt) the session ran
+    result["commit"] = None if result.get("adopted") else args.commit  # the code (the prompt) the session ran
     if strategy in LLM_STRATEGIES:
         result |= llm_usage(runs / "sessions" / result["session"], data.get("counters") or {})
     return result
