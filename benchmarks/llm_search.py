@@ -94,6 +94,18 @@ def llm_usage(session_dir: Path, counters: dict) -> dict:
             "tokens": int(counters.get("llm_total_tokens", 0))}
 
 
+def relay_prompt_chars(folder: Path) -> int:
+    """Characters of every message the session sent through its relay (the relay reports no
+    token counts; a provider's tokenizer makes about a quarter as many tokens)."""
+    total = 0
+    for request in sorted(folder.glob("req-*.json")):
+        try:
+            total += sum(len(m.get("content") or "") for m in json.loads(request.read_text()).get("messages", []))
+        except (json.JSONDecodeError, AttributeError):
+            continue
+    return total
+
+
 def show(runs: Path, name: str) -> dict:
     done = subprocess.run([sys.executable, "-m", "autorl", "show", name, "--json"], capture_output=True, text=True,
                           env={**os.environ, "AUTORL_RUNS_DIR": str(runs)}, cwd=REPO, check=True)
@@ -165,6 +177,14 @@ def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:
     return taken
 
 
+def with_prompt_sizes(results: list[dict], args: argparse.Namespace) -> list[dict]:
+    for result in results:
+        folder = args.work / "relay" / f"{result['strategy']}-{result['seed']}"
+        if result["strategy"] in LLM_STRATEGIES and folder.is_dir():
+            result["prompt_chars"] = relay_prompt_chars(folder)
+    return results
+
+
 def run_all(args: argparse.Namespace) -> list[dict]:
     log = args.work / "results.jsonl"
     done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -205,7 +225,7 @@ def summary(results: list[dict], strategies: list[str]) -> dict:
         table[strategy] = {"seeds": len(runs), "test_median": statistics.median(tests), "test_min": min(tests),
                            "test_max": max(tests), "winners_edited": sum(r.get("winner_edited", False) for r in runs)}
         if strategy in LLM_STRATEGIES:
-            for key in ("requests", "repairs", "tokens"):
+            for key in ("requests", "repairs", "tokens", "prompt_chars"):
                 table[strategy][f"{key}_median"] = statistics.median(r.get(key, 0) for r in runs)
     return table
 
@@ -226,10 +246,10 @@ def margin(table: dict) -> dict | None:
 
 def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
     table = summary(results, args.strategies)
-    rows = ["| strategy | seeds | test median [min, max] | winners with an edit | requests / repairs / tokens "
-            "(median) |", "|---|---|---|---|---|"]
+    rows = ["| strategy | seeds | test median [min, max] | winners with an edit | requests / repairs / prompt "
+            "characters (median) |", "|---|---|---|---|---|"]
     for strategy, entry in table.items():
-        usage = (f"{entry['requests_median']:g} / {entry['repairs_median']:g} / {entry['tokens_median']:,.0f}"
+        usage = (f"{entry['requests_median']:g} / {entry['repairs_median']:g} / {entry['prompt_chars_median']:,.0f}"
                  if strategy in LLM_STRATEGIES else "—")
         rows.append(f"| {strategy} | {entry['seeds']} | {entry['test_median']:.3f} [{entry['test_min']:.3f}, "
                     f"{entry['test_max']:.3f}] | {entry['winners_edited']} | {usage} |")
@@ -251,14 +271,16 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
                 f"{ablation['verdict']})" if ablation else "")
         rows.append(f"- {r['strategy']} {r['seed']}: {r['best_test']:.3f} ± {r['best_test_stderr']:.3f}; "
                     f"{' › '.join(r['best_path']) or 'base'}{' (edited)' if r.get('winner_edited') else ''}; "
-                    f"{r.get('train_steps')} steps; {r.get('source', '')}{note}")
+                    f"{r.get('train_steps')} steps; {r.get('source', '')}"
+                    + (f", code {r['commit']}" if r.get("commit") else "") + note)
     result = margin(table)
     if result:
         rows += ["", f"Margin: {result['llm_strategy']}'s median minus {result['baseline']}'s (the best baseline): "
                      f"{result['points']:+.1f} points over {result['seeds']} seeds (target ≥ {MARGIN_POINTS:g} "
                      f"over ≥ 3 seeds: {'met' if result['met'] else 'not met'})."]
     rows += ["", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
-                 f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}."]
+                 f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}. The relay reports no token "
+                 "counts: prompt characters are counted from its requests (about 4 characters a token)."]
     return "\n".join(rows) + "\n", {"summary": table, "paired": paired, "margin": result}
 
 
@@ -266,7 +288,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    results = run_all(args)
+    results = with_prompt_sizes(run_all(args), args)
     text, numbers = report(results, args)
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = f"llm_search-{args.template}"

@@ -15,6 +15,8 @@ from autorl.stages import template as templates
 from autorl.stages.spec import TrialSpec
 from sandbox import choose_sandbox
 
+pytestmark = pytest.mark.slow  # sandboxed stages and evaluations
+
 MARK = 'Path(spec["output_dir"], "checkpoint", "trained_by.txt").write_text("{who}")\n'
 
 
