@@ -31,6 +31,17 @@ def test_train_script_commits_and_diff(workspace):
     assert "per_device_train_batch_size=micro" in workspace.train_script_at(original)
 
 
+def test_train_py_read_back_from_any_commit_is_the_file_byte_for_byte(workspace):
+    """An LLM's edit is applied to the parent's train.py as read back from git: a text that
+    lost its final newline on the way made every edited train.py end without one."""
+    template_text = workspace.train_script.read_text()
+    assert template_text.endswith("\n") and workspace.train_script_at(workspace.root_commit) == template_text
+    edited = template_text.replace("disable_tqdm=True,", "disable_tqdm=True,\n        warmup_steps=4,")
+    commit = workspace.commit_train_script(edited, "warm up")
+    assert workspace.train_script_at(commit) == edited
+    assert "No newline at end of file" not in workspace.diff_from_template(commit)
+
+
 @pytest.mark.parametrize("change", ["modify", "modify keeping size and mtime", "delete", "add"])
 def test_guard_detects_every_kind_of_change(workspace, change):
     env = workspace.path / "env"

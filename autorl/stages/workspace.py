@@ -50,7 +50,9 @@ class Workspace:
         return self.path / TRAIN_SCRIPT
 
     def train_script_at(self, commit: str) -> str:
-        return self.repo.git.show(f"{commit}:{TRAIN_SCRIPT}")
+        """``train.py`` as committed, byte for byte (``git show`` through GitPython drops the
+        final newline, and an edit applied to that text would commit a file without one)."""
+        return (self.repo.commit(commit).tree / TRAIN_SCRIPT).data_stream.read().decode()
 
     def checkout_train_script(self, commit: str) -> None:
         """Put ``train.py`` as it was at ``commit`` in the working tree."""
