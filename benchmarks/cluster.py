@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from conftest import make_template  # noqa: E402
-from local_cluster import LocalCluster, free_port  # noqa: E402
+from local_cluster import LocalCluster, free_port, release_held_stages  # noqa: E402
 
 AUTORL = [sys.executable, "-m", "autorl"]
 REPEATS = 3  # each transfer, timed as the median
@@ -101,8 +101,7 @@ def node_loss(work: Path, template: Path, cluster: LocalCluster, stages: int) ->
     alive = [name for name in cluster.names if name != killed]
     while process.poll() is None:
         for name in alive:
-            for metrics in (cluster.root / name / "work").rglob("metrics.jsonl"):
-                (metrics.parent / "release").touch()
+            release_held_stages(cluster.root / name / "work")
         time.sleep(0.1)
     run_to_end(process, "the node-loss session")
     data = shown(runs, "lost")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import AUTORL, REPO, make_template, run_cli, wait_until
-from local_cluster import LocalCluster
+from local_cluster import LocalCluster, release_held_stages
 
 pytestmark = pytest.mark.slow
 
@@ -29,11 +29,6 @@ def held_template(tmp_path_factory):
     metrics (on the node: the test sees every node's folder, the nodes do not see the test's)."""
     return make_template(tmp_path_factory.mktemp("tpl") / "tpl", train_py="held_copy_train.py",
                          evaluate_py="fast_evaluate.py")
-
-
-def release_stages(folder: Path) -> None:
-    for metrics in folder.rglob("metrics.jsonl"):
-        (metrics.parent / "release").touch()
 
 
 def session_env(cluster) -> dict:
@@ -73,7 +68,7 @@ def test_a_node_lost_mid_stage_costs_nothing_on_a_cluster_that_shares_no_folder(
     assert lost != "head" and cluster.kill(lost) > 0
 
     survivor_folder = cluster.root / next(n for n in cluster.names if n != lost) / "work"
-    wait_until(lambda: release_stages(survivor_folder) or session.poll() is not None, "the session's end", 300)
+    wait_until(lambda: release_held_stages(survivor_folder) or session.poll() is not None, "the session's end", 300)
     out, _ = session.communicate(timeout=60)
     assert session.returncode == 0, out
     assert f"{node_id}: Ray node {job.driver_node_id[:8]} was lost mid-stage" in out
