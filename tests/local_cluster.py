@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -44,13 +45,18 @@ def release_held_stages(folder: Path) -> None:
                 pass
 
 
-def node_ports(prefix: str = "") -> list[str]:
+# Workers' ports come from below the kernel's ephemeral range (32768 and up, where free_port's
+# ports fall), so a node's worker range never holds one of its other ports.
+WORKER_PORTS_LOW, WORKER_PORTS_HIGH, WORKER_PORTS_PER_NODE = 11000, 32000, 201
+
+
+def node_ports(first_worker_port: int) -> list[str]:
     """Every port a node listens on, free ones, so the cluster shares none with another Ray."""
     names = ("node-manager-port", "object-manager-port", "metrics-export-port", "dashboard-agent-listen-port",
              "dashboard-agent-grpc-port", "runtime-env-agent-port")
-    low = free_port()
-    return [f"--{name}={free_port()}" for name in names] + [f"--min-worker-port={20000 + low % 20000}",
-                                                             f"--max-worker-port={20000 + low % 20000 + 200}"]
+    last = first_worker_port + WORKER_PORTS_PER_NODE - 1
+    return [f"--{name}={free_port()}" for name in names] + [f"--min-worker-port={first_worker_port}",
+                                                             f"--max-worker-port={last}"]
 
 
 class LocalCluster:
@@ -61,6 +67,13 @@ class LocalCluster:
         self.cpus = cpus_per_worker
         self.tag = uuid.uuid4().hex[:12]
         self.gcs_port, self.dashboard_port = free_port(), free_port()
+        slots = (WORKER_PORTS_HIGH - WORKER_PORTS_LOW) // WORKER_PORTS_PER_NODE - (workers + 1)
+        self.first_worker_port = WORKER_PORTS_LOW + random.randrange(slots) * WORKER_PORTS_PER_NODE
+
+    def worker_ports_of(self, node: str) -> int:
+        """The first of a node's own block of worker ports (head 0, worker1 1, ...)."""
+        index = 0 if node == "head" else self.names.index(node) + 1
+        return self.first_worker_port + index * WORKER_PORTS_PER_NODE
 
     @property
     def gcs(self) -> str:
@@ -79,7 +92,7 @@ class LocalCluster:
                 "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}", "--num-cpus=0",
                 f"--ray-client-server-port={free_port()}", f"--temp-dir={self.root / 'head' / 'tmp'}",
                 f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
-                f"--system-config={json.dumps(SYSTEM_CONFIG)}", *node_ports()]
+                f"--system-config={json.dumps(SYSTEM_CONFIG)}", *node_ports(self.worker_ports_of("head"))]
         self.run(head, "head")
         starts = [self.spawn(self.worker_command(name), name) for name in self.names]
         for name, process in zip(self.names, starts):
@@ -93,7 +106,8 @@ class LocalCluster:
         hide = [arg for path in self.hidden for arg in ("--tmpfs", str(path))]
         ray = [RAY, "start", f"--address={self.gcs}", "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
                f"--resources={json.dumps({name: 1})}", f"--temp-dir={self.root / name / 'tmp'}",
-               f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats", *node_ports()]
+               f"--object-store-memory={OBJECT_STORE_BYTES}", "--disable-usage-stats",
+               *node_ports(self.worker_ports_of(name))]
         return ["bwrap", "--dev-bind", "/", "/", *hide, "--", *ray] if hide else ray
 
     def spawn(self, argv: list[str], node: str) -> subprocess.Popen:
