@@ -92,8 +92,9 @@ class SessionConfig(BaseModel):
                                  "(e.g. 0.65); a topic stating a percentage suggests one.")
     patience: int | None = Field(None, ge=1, description="Stop after this many stages in a row without a gain "
                                  "beyond noise.")
-    max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path "
-                                  "[default: a quarter of --stages, at least 3].")
+    max_depth: int | None = Field(None, ge=1, description="Longest schedule: stages on one root-to-leaf path; "
+                                  "a path still improving may grow to twice it [default: a quarter of --stages, at "
+                                  "least 3].")
     leaf_width: int | None = Field(None, ge=1, description="Children a node one stage above the depth limit may "
                                    "take before the tree grows another lineage [default: no limit].")
     local_steps: bool = Field(False, description="A child stage samples each float parameter within one step (a "

@@ -41,7 +41,7 @@ from search.novelty import TOLERANCE
 from search.policy import BestFirstPolicy
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
-from search.tree import Node, Status, Tree, findings_text
+from search.tree import Node, Status, Tree, findings_text, may_extend
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -311,7 +311,7 @@ class ContextBuilder:
         else:
             score = node.status.value + (f" ({node.reason[:120]})" if node.reason else "")
         flags = [f.name for f in node.diagnosis if f.severity != "info"]
-        at_limit = " [at depth limit]" if node.depth >= self.max_depth else ""
+        at_limit = self.limit_note(node)
         return (f"- {node.id} ← {node.parent or 'base'} (stage {node.depth}): {score}; "
                 f"{values_text(node.hyperparameters)}"
                 f"{self.edit_note(node)}{at_limit}" + (f"; findings: {', '.join(flags)}" if flags else ""))
@@ -342,10 +342,18 @@ class ContextBuilder:
         return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
                 "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
 
+    def limit_note(self, node: Node) -> str:
+        if node.depth < self.max_depth:
+            return ""
+        return " [past the depth limit, still improving]" if may_extend(node, self.max_depth) else " [at depth limit]"
+
     def depth_text(self, tree: Tree) -> str:
-        full = [n.id for n in tree.scored() if n.depth >= self.max_depth]
-        text = f"A path has at most {self.max_depth} stages: a node at stage {self.max_depth} cannot be extended."
-        return text + (f" At the limit now: {', '.join(full)}." if full else " No node is at the limit yet.")
+        """The limit, and the nodes at or past it that may still be extended (the tree marks the rest)."""
+        limit = self.max_depth
+        text = (f"Depth limit: {limit} stages; a node at stage {limit} or deeper may be extended only while its stage "
+                f"scored 'better' than its parent (paired), and never past stage {2 * limit}.")
+        improving = [n.id for n in tree.scored() if n.depth >= limit and may_extend(n, limit)]
+        return text + (f" Past the limit and still improving: {', '.join(improving)}." if improving else "")
 
     def winner_text(self, tree: Tree) -> str:
         """Which node the session's result is: the best by validation, scored once on test at the end."""
@@ -355,7 +363,7 @@ class ContextBuilder:
         best = tree.best()
         if best is None:
             return rule + "; no node is scored yet."
-        limit = ", at the depth limit" if best.depth >= self.max_depth else ""
+        limit = ", at the depth limit" if not may_extend(best, self.max_depth) else ""
         return rule + f". Now: {best.id} ({best.val_score:.3f} ± {best.val_stderr:.3f}{limit})."
 
     def tpe_text(self, tree: Tree) -> str:
@@ -391,7 +399,7 @@ class ContextBuilder:
             roles.append("on the best path")
         if node_id not in view.expandable:
             node = tree.nodes[node_id]
-            roles.append("at the depth limit: cannot be extended" if node.depth >= self.max_depth
+            roles.append("at the depth limit: cannot be extended" if not may_extend(node, self.max_depth)
                          else "cannot be extended")
         return roles
 
@@ -404,7 +412,7 @@ class ContextBuilder:
                     f"{len(tree.children(None))} first stages started from it; train.py: the template's")
         node = tree.nodes[node_id]
         path = " → ".join(["base", *(n.id for n in tree.path(node_id))])
-        lines = [f"## {node_id}{heading}", f"- path: {path} (stage {node.depth} of at most {self.max_depth})",
+        lines = [f"## {node_id}{heading}", f"- path: {path} (stage {node.depth}; depth limit {self.max_depth})",
                  f"- values: {values_text(node.hyperparameters)}",
                  f"- validation: {node.val_score:.3f} ± {node.val_stderr:.3f}; {node.steps} GRPO steps"]
         if node.comparison:

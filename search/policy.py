@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 
-from search.tree import Node, Tree
+from search.tree import Node, Tree, may_extend
 
 
 class BestFirstPolicy:
@@ -53,8 +53,9 @@ class BestFirstPolicy:
         self.seed = seed
 
     def candidates(self, tree: Tree) -> list[str | None]:
-        """The base model (None) and every scored, healthy node that may get another stage."""
-        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth and n.healthy
+        """The base model (None) and every scored, healthy node that may get another stage
+        (below the depth limit, or past it while still improving: ``may_extend``)."""
+        return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth) and n.healthy
                          and not self.last_level_is_full(tree, n)]
 
     def last_level_is_full(self, tree: Tree, node: Node) -> bool:

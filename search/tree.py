@@ -186,6 +186,16 @@ class Tree:
         return max(scored, key=lambda n: (n.val_score, -list(self.nodes).index(n.id))) if scored else None
 
 
+def may_extend(node: Node, max_depth: int) -> bool:
+    """Whether another stage may follow ``node``: below the depth limit, or past it while its
+    path still improves (its own stage beat its parent, paired), up to twice the limit. The
+    limit is set before the session starts; a schedule still paying off should not stop at it."""
+    if node.depth < max_depth:
+        return True
+    improving = node.comparison is not None and node.comparison.verdict == "better"
+    return improving and node.depth < 2 * max_depth
+
+
 def schedule_text(hyperparameters: dict[str, Any], roles: dict[str, str] | None = None) -> str:
     """A compact one-line view of a stage's hyperparameters: those with a GRPO role first,
     by their short label, then the others by name. ``roles`` maps names to roles (default:

@@ -4,6 +4,7 @@ test's folders (the session, the template) are empty. A node is lost mid-stage."
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,6 +22,7 @@ def cluster(tmp_path_factory):
     started = LocalCluster(root, workers=2, hidden=(tmp_path_factory.getbasetemp(),)).start()
     yield started
     started.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ def test_every_candidate_shows_its_values_score_comparison_diagnosis_and_curves(
     assert "temperature=0.96" in first  # exact, not rounded to T=1
     assert "validation: 0.601 ± 0.015" in first and "+0.066 ± 0.011 → better" in first
     assert "entropy_collapse (critical): entropy 1.20 -> 0.04 over steps 3-20; try: raise the temperature" in first
-    assert "curve of n001" in first and "path: base → n001 (stage 1 of at most 3)" in first
+    assert "curve of n001" in first and "path: base → n001 (stage 1; depth limit 3)" in first
     assert "the tree policy's pick" in block(prompt, "n002") and "curve of n002" in block(prompt, "n002")
     assert "## base" in prompt and "validation 0.535 ± 0.016" in block(prompt, "base")
 
@@ -80,9 +80,19 @@ def test_an_edited_parent_shows_its_diff_and_the_tree_a_summary():
 
 def test_the_depth_limit_and_the_nodes_at_it_are_named():
     prompt = user_prompt(hand_built_tree())
-    assert "A path has at most 3 stages" in prompt and "At the limit now: n003." in prompt
+    assert "Depth limit: 3 stages;" in prompt and "never past stage 6" in prompt and "still improving:" not in prompt
     assert "Expandable: base, n001, n002." in prompt
     assert "[at depth limit]" in next(line for line in prompt.splitlines() if line.startswith("- n003"))
+
+
+def test_a_path_still_improving_at_the_limit_is_said_to_go_on():
+    tree = hand_built_tree()
+    tree.nodes["n003"].comparison = Comparison(0.028, 0.009, 1000, "better")
+    prompt = user_prompt(tree, PromptView("n003", [None, "n001", "n002", "n003"], "3 of 8"))
+    assert "Past the limit and still improving: n003." in prompt
+    assert "[past the depth limit, still improving]" in next(line for line in prompt.splitlines()
+                                                                if line.startswith("- n003"))
+    assert block(prompt, "n003").startswith("## n003 — the tree policy's pick; best validation so far\n")
 
 
 def test_failures_noise_budget_and_feedback_are_shown():
@@ -98,7 +108,7 @@ def test_failures_noise_budget_and_feedback_are_shown():
 
 def test_the_guard_rule_and_the_strategy_task_are_stated():
     system = context().messages(Tree(), PromptView(None, [None], ""))[0]["content"]
-    assert "within 5% of its range" in system and "at most 3 stages" in system
+    assert "within 5% of its range" in system and "at most 3 stages, or more while it still improves" in system
     hybrid = user_prompt(hand_built_tree(), hybrid=True)
     assert "TPE sampler (seeded by the session) draws one value" in hybrid
     assert "`search`" not in user_prompt(hand_built_tree())

@@ -17,7 +17,7 @@ from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache
 from search.proposers.base import ProposalDropped
 from search.proposers.llm import LLMProposer, reply_schema
-from search.tree import Node, Status, Tree
+from search.tree import Comparison, Node, Status, Tree
 
 TEMPLATE = templates.load("arith")
 
@@ -359,3 +359,16 @@ def test_a_session_s_prompt_states_the_training_set_size_and_the_installed_trl(t
     static = user[: user.index(STATIC_END)]
     assert f"TRL {metadata.version('trl')} is installed" in static
     assert f"{TEMPLATE.constants['stage']['train_size']:,} training prompts" in static
+
+
+def test_a_node_past_the_depth_limit_is_a_parent_only_while_its_path_improves(make_proposer, tree, workspace):
+    for node_id, parent, depth in (("n003", "n001", 2), ("n004", "n003", 3)):
+        tree.add(Node(node_id, parent, depth, TEMPLATE.space.defaults(), seed=depth, proposer="llm",
+                      commit=workspace.root_commit, status=Status.SUCCEEDED, val_score=0.6 + depth / 100,
+                      val_stderr=0.015, comparison=Comparison(0.01, 0.01, 1000, "tie")))
+    with serve(reply(parent="n004"), reply(parent="n003")) as server:
+        assert make_proposer(server).propose(tree, "n001").parent == "n003"
+    assert "'n004' cannot be extended" in server.llm.requests[1]["messages"][-1]["content"]
+    tree.nodes["n004"].comparison = Comparison(0.03, 0.009, 1000, "better")  # still improving at the limit
+    with serve(reply(parent="n004")) as server:
+        assert make_proposer(server).propose(tree, "n001").parent == "n004"

@@ -34,6 +34,20 @@ def test_policy_prefers_high_scores_and_respects_depth():
     assert "n002" not in BestFirstPolicy(max_depth=2).candidates(tree)
 
 
+def test_a_path_still_improving_goes_past_the_depth_limit_up_to_twice_it():
+    tree = sample_tree()
+    policy = BestFirstPolicy(max_depth=2, exploration=0.0)
+    tree.nodes["n002"].comparison = Comparison(0.1, 0.01, 1000, "tie")
+    assert "n002" not in policy.candidates(tree)
+    tree.nodes["n002"].comparison = Comparison(0.1, 0.01, 1000, "better")  # its stage beat its parent, paired
+    assert policy.select(tree) == "n002"
+    deepest = scored(tree, "n004", "n002", 0.8, depth=3)
+    deepest.comparison = Comparison(0.1, 0.01, 1000, "better")
+    assert "n004" in policy.candidates(tree)
+    scored(tree, "n005", "n004", 0.9, depth=4).comparison = Comparison(0.1, 0.01, 1000, "better")
+    assert "n005" not in policy.candidates(tree)  # twice the limit is the end, improving or not
+
+
 def test_leaf_width_sends_the_spare_stages_to_another_lineage():
     tree = sample_tree()  # max depth 3: n002 (depth 2) is one stage above the limit
     for i in range(3):

@@ -33,7 +33,7 @@ from search.proposers.base import Proposal, ProposalDropped
 from search.proposers.tpe import TpeProposer
 from search.space import SearchSpace
 from search.study import fail_orphan_trials, fail_trial, record_node, reseed
-from search.tree import Node, Tree
+from search.tree import Node, Tree, may_extend
 
 MAX_REPAIRS = 2
 MAX_CONSECUTIVE_DROPS = 3
@@ -276,7 +276,7 @@ class LLMProposer:
         return self.workspace.train_script_at(commit), commit
 
     def expandable(self, tree: Tree) -> list[str | None]:
-        return [None] + [n.id for n in tree.scored() if n.depth < self.max_depth]
+        return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth)]
 
     # -- validation -----------------------------------------------------------------------
 
