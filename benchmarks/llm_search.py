@@ -165,15 +165,22 @@ def ablate(result: dict, args: argparse.Namespace) -> dict | None:
 
 
 def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:
-    """Committed baseline sessions of the same template, budget and seeds."""
+    """Committed baseline sessions of the same template, budget and seeds, from a
+    search_efficiency or an earlier llm_search file; a baseline this run is asked to run
+    (in --strategies: its code changed) is not taken."""
     data = json.loads(path.read_text())
-    if data["args"].get("template") != args.template or data["args"].get("train_steps") != str(args.train_steps):
+    meta = data.get("args") or {"template": data.get("template"), "train_steps": str(data.get("train_steps"))}
+    if meta.get("template") != args.template or str(meta.get("train_steps")) != str(args.train_steps):
         raise SystemExit(f"{path} is not {args.template} at {args.train_steps} steps")
     taken = []
     for session in data["sessions"]:
-        if session["strategy"] in BASELINES and session["seed"] in args.seed_list:
-            taken.append({**session, "train_steps": session.get("train_steps_spent"), "winner_edited": False,
-                          "edited_stages": 0, "source": f"benchmarks/results/{path.name}"})
+        if session["strategy"] in BASELINES and session["strategy"] not in args.strategies \
+                and session["seed"] in args.seed_list:
+            source = session.get("source", "this benchmark")
+            if source == "this benchmark":  # measured by the earlier run that wrote the file
+                source = f"benchmarks/results/{path.name}, code {session.get('commit')}"
+            taken.append({**session, "train_steps": session.get("train_steps", session.get("train_steps_spent")),
+                          "winner_edited": False, "edited_stages": 0, "source": source})
     return taken
 
 
