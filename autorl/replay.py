@@ -41,10 +41,12 @@ class EditWorth:
 
 
 def replay_path(session_dir: Path, path: list[str], template: Template, train_py: str, work: Path,
-                sandbox: Sandbox) -> Path:
+                sandbox: Sandbox, wall_factor: float = 1.0) -> Path:
     """Train the stages of ``path`` again, in order, from the base model with ``train_py``;
     returns the last stage's checkpoint. Each stage keeps its recorded spec (values, steps,
-    seed, wall-clock limit); only where it starts and writes changes."""
+    seed); only where it starts and writes changes, and its wall-clock limit times
+    ``wall_factor``: a replay that runs beside other work must not die of a limit set to
+    guard the session."""
     workspace = Workspace.create(template, work / "workspace")
     if train_py != workspace.train_script.read_text():
         workspace.commit_train_script(train_py, "replay")
@@ -56,8 +58,10 @@ def replay_path(session_dir: Path, path: list[str], template: Template, train_py
         if not recorded.is_file():
             raise SessionError(f"cannot replay {node_id}: its stage left no spec at {recorded}")
         node_dir = work / node_id
-        spec = TrialSpec(**{**json.loads(recorded.read_text()), "init_checkpoint": str(checkpoint),
-                            "output_dir": str(node_dir), "metrics_path": str(node_dir / "metrics.jsonl")})
+        fields = json.loads(recorded.read_text())
+        spec = TrialSpec(**{**fields, "init_checkpoint": str(checkpoint), "output_dir": str(node_dir),
+                            "metrics_path": str(node_dir / "metrics.jsonl"),
+                            "wall_seconds": fields["wall_seconds"] * wall_factor})
         outcome = runner.run(spec, node_dir)
         if not outcome.ok:
             raise SessionError(f"the replay of {node_id} failed: {outcome.reason}")
@@ -66,14 +70,15 @@ def replay_path(session_dir: Path, path: list[str], template: Template, train_py
 
 
 def edit_worth(session_dir: Path, path: list[str], template: Template, work: Path, sandbox: Sandbox,
-               stage_sd: float = 0.0) -> EditWorth:
+               stage_sd: float = 0.0, wall_factor: float = 1.0) -> EditWorth:
     """Score the winner (the last node of ``path``) and its schedule replayed with the
     template's ``train.py`` on the test split, paired item by item."""
     workspace = Workspace.create(template, work / "scorer")
     guard = FrozenGuard.record(workspace.path / "env")
     evaluator = FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=template.path / "env")
     winner = evaluator.score(session_dir / "nodes" / path[-1] / "checkpoint", "test", work / "winner")
-    replayed = replay_path(session_dir, path, template, workspace.train_script.read_text(), work / "replay", sandbox)
+    replayed = replay_path(session_dir, path, template, workspace.train_script.read_text(), work / "replay", sandbox,
+                           wall_factor)
     replay = evaluator.score(replayed, "test", work / "replay")
     comparison = paired_comparison(winner.items(), replay.items(), stage_sd=stage_sd)
     if comparison is None:

@@ -38,6 +38,7 @@ from search_efficiency import REPO, paired_test, run_session, summarise  # noqa:
 LLM_STRATEGIES = ("hybrid", "llm")
 BASELINES = ("tree", "grid", "greedy", "pbt")
 ANSWERED_BY = "a strong hosted model shown only each request, through a loopback relay (../shared/relay/)"
+REPLAY_WALL_FACTOR = 4.0  # replays run beside other sessions: the session's stage limit, four times over
 MARGIN_POINTS = 5.0  # what the LLM's median must beat the best baseline's median by
 
 
@@ -160,7 +161,7 @@ def ablate(result: dict, args: argparse.Namespace) -> dict | None:
     runs = args.work / f"{result['strategy']}-{result['seed']}"
     work = args.work / "ablation" / f"{result['strategy']}-{result['seed']}"
     worth = edit_worth(runs / "sessions" / result["session"], result["best_path"], template, work,
-                       choose_sandbox("auto"), stage_sd=template.stage_sd)
+                       choose_sandbox("auto"), stage_sd=template.stage_sd, wall_factor=REPLAY_WALL_FACTOR)
     return worth.to_dict()
 
 

@@ -41,12 +41,14 @@ def test_a_replay_trains_the_recorded_stages_in_order_with_the_given_train_py(fa
     template = templates.load(str(fast_template))
     session = recorded_session(tmp_path, template)
     train_py = (fast_template / "train.py").read_text() + MARK.format(who="replay")
-    checkpoint = replay_path(session, ["n001", "n003"], template, train_py, tmp_path / "replay", choose_sandbox("auto"))
+    checkpoint = replay_path(session, ["n001", "n003"], template, train_py, tmp_path / "replay", choose_sandbox("auto"),
+                             wall_factor=4.0)
     assert checkpoint == tmp_path / "replay" / "n003" / "checkpoint"
     assert (checkpoint / "trained_by.txt").read_text() == "replay"
     second = json.loads((tmp_path / "replay" / "n003" / "spec.json").read_text())
     assert second["init_checkpoint"] == str(tmp_path / "replay" / "n001" / "checkpoint")  # chained
     assert second["seed"] == 42 and second["hyperparameters"]["beta"] == 0.02 and second["max_steps"] == 2
+    assert second["wall_seconds"] == 240  # the recorded limit, scaled: a busy machine must not kill a replay
 
 
 def test_the_edits_worth_is_a_paired_test_comparison(fast_template, tmp_path):
