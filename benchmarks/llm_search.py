@@ -300,6 +300,7 @@ def main(argv=None) -> int:
     text, numbers = report(results, args)
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = f"llm_search-{args.template}"
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.md").write_text(f"# LLM strategies against the hyperparameter searches\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({
         "template": args.template, "train_steps": args.train_steps, "seeds": args.seed_list,
