@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -128,6 +129,7 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
     """One session through the CLI (the LLM ones through a relay of their own), or the
     finished session WORK already holds: a session is never paid for twice."""
     runs, name = args.work / f"{strategy}-{seed}", f"bench-{strategy}-{seed}"
+    code = runs / "code.txt"  # the commit a session started on, for one adopted later
     if (done := finished(runs, name)) is not None:
         result = {"strategy": strategy, "seed": seed, "wall_seconds": done.get("seconds") or 0.0, **summarise(done),
                   "adopted": True}
@@ -137,13 +139,15 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
                                                               "--llm-timeout", str(args.llm_timeout)))
     else:
         result = run_session(strategy, seed, args)
+    if not result.get("adopted"):
+        code.write_text(args.commit)
     data = show(runs, name)
     nodes = {n["id"]: n for n in data["nodes"]}
     result["winner_edited"] = any(nodes[i].get("edited") for i in result["best_path"] if i in nodes)
     result["edited_stages"] = sum(bool(n.get("edited")) for n in data["nodes"])
     result["train_steps"] = result.pop("train_steps_spent", None)
     result["source"] = "this benchmark"
-    result["commit"] = None if result.get("adopted") else args.commit  # the code (the prompt) the session ran
+    result["commit"] = code.read_text().strip() if code.is_file() else None  # the code (the prompt) it ran
     if strategy in LLM_STRATEGIES:
         result |= llm_usage(runs / "sessions" / result["session"], data.get("counters") or {})
     return result
@@ -160,6 +164,7 @@ def ablate(result: dict, args: argparse.Namespace) -> dict | None:
     template = templates.load(args.template)
     runs = args.work / f"{result['strategy']}-{result['seed']}"
     work = args.work / "ablation" / f"{result['strategy']}-{result['seed']}"
+    shutil.rmtree(work, ignore_errors=True)  # what an attempt that failed left
     worth = edit_worth(runs / "sessions" / result["session"], result["best_path"], template, work,
                        choose_sandbox("auto"), stage_sd=template.stage_sd, wall_factor=REPLAY_WALL_FACTOR)
     return worth.to_dict()
