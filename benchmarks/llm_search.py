@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from search_efficiency import REPO, paired_test, run_session, summarise  # noqa: E402
+from search_efficiency import REPO, paired_test, run_session, sign_flip_test, summarise  # noqa: E402
 
 LLM_STRATEGIES = ("hybrid", "llm")
 BASELINES = ("tree", "grid", "greedy", "pbt")
@@ -201,9 +201,8 @@ def with_prompt_sizes(results: list[dict], args: argparse.Namespace) -> list[dic
 def run_all(args: argparse.Namespace) -> list[dict]:
     log = args.work / "results.jsonl"
     done = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    if args.baselines_from:
-        have = {(r["strategy"], r["seed"]) for r in done}
-        done += [r for r in baselines_from(args.baselines_from, args) if (r["strategy"], r["seed"]) not in have]
+    done = [r for r in done if r["strategy"] in args.strategies and r["seed"] in args.seed_list]
+    taken = baselines_from(args.baselines_from, args) if args.baselines_from else []
     have = {(r["strategy"], r["seed"]) for r in done}
     jobs = [(s, seed) for seed in args.seed_list for s in args.strategies if (s, seed) not in have]
     if args.report_only:
@@ -225,7 +224,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         done += [r for r in pool.map(run_and_record, jobs) if r is not None]
-    return [r for r in done if r["strategy"] in args.strategies and r["seed"] in args.seed_list]
+    return done + taken
 
 
 def summary(results: list[dict], strategies: list[str]) -> dict:
@@ -258,7 +257,7 @@ def margin(table: dict) -> dict | None:
 
 
 def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
-    table = summary(results, args.strategies)
+    table = summary(results, [*LLM_STRATEGIES, *BASELINES])  # what ran here and what was taken from a file
     rows = ["| strategy | seeds | test median [min, max] | winners with an edit | requests / repairs / prompt "
             "characters (median) |", "|---|---|---|---|---|"]
     for strategy, entry in table.items():
@@ -286,6 +285,11 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
                     f"{' › '.join(r['best_path']) or 'base'}{' (edited)' if r.get('winner_edited') else ''}; "
                     f"{r.get('train_steps')} steps; {r.get('source', '')}"
                     + (f", code {r['commit']}" if r.get("commit") else "") + note)
+    worth = pooled_edit_worth(results)
+    if worth:
+        rows += ["", f"Edits' worth over every edited winner (winner minus its replay without the edits, paired "
+                     f"by session): {100 * worth['mean_difference']:+.1f} points on average, {worth['wins']} "
+                     f"gains / {worth['losses']} losses of {worth['n']}, sign-flip p = {worth['p_value']:.3f}."]
     result = margin(table)
     if result:
         rows += ["", f"Margin: {result['llm_strategy']}'s median minus {result['baseline']}'s (the best baseline): "
@@ -294,7 +298,14 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
     rows += ["", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
                  f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}. The relay reports no token "
                  "counts: prompt characters are counted from its requests (about 4 characters a token)."]
-    return "\n".join(rows) + "\n", {"summary": table, "paired": paired, "margin": result}
+    return "\n".join(rows) + "\n", {"summary": table, "paired": paired, "margin": result, "edit_worth": worth}
+
+
+def pooled_edit_worth(results: list[dict]) -> dict | None:
+    """The edits' worth across sessions: one session's replay is within seed noise, several
+    of the same sign are not."""
+    deltas = [r["edit_ablation"]["delta"] for r in results if r.get("edit_ablation")]
+    return sign_flip_test(deltas) if len(deltas) >= 2 else None
 
 
 def main(argv=None) -> int:

@@ -174,8 +174,11 @@ def paired_test(results: list[dict], strategy: str, baseline: str) -> dict | Non
     seeds = sorted({r["seed"] for r in results})
     diffs = [by_seed[(strategy, s)] - by_seed[(baseline, s)] for s in seeds
              if (strategy, s) in by_seed and (baseline, s) in by_seed]
-    if not diffs:
-        return None
+    return sign_flip_test(diffs) if diffs else None
+
+
+def sign_flip_test(diffs: list[float]) -> dict:
+    """Mean, wins and losses of paired differences, with the exact two-sided sign-flip p-value."""
     observed = abs(sum(diffs))
     flips = [sum(d if (mask >> i) & 1 else -d for i, d in enumerate(diffs)) for mask in range(2 ** len(diffs))]
     p = sum(abs(total) >= observed - 1e-12 for total in flips) / len(flips)
