@@ -30,6 +30,7 @@ diffs and of ``train.py``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template as Text
@@ -37,11 +38,11 @@ from typing import Callable
 
 from search.edit_evidence import edits_text
 from search.importance import MIN_STAGES, fits, gains, gains_by_depth, importance_text, param_importance
-from search.novelty import TOLERANCE
+from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
-from search.tree import Node, Status, Tree, findings_text, may_extend
+from search.tree import VERDICT_Z, Comparison, Node, Status, Tree, findings_text, may_extend
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -68,7 +69,8 @@ def space_text(space: SearchSpace) -> str:
     lines = []
     for p in space.params.values():
         domain = (f"one of {p.choices}" if p.type == "categorical"
-                  else f"{p.type} in [{p.low:g}, {p.high:g}]" + (" (log scale)" if p.log else ""))
+                  else f"{p.type} in [{p.low:g}, {p.high:g}]" + (" (log scale)" if p.log else "")
+                  + f"; near-repeat band {repeat_band(p)}")
         lines.append(f"- `{p.name}`: {domain}; default {p.default!r}. {p.help}")
     return "\n".join(lines)
 
@@ -306,7 +308,7 @@ class ContextBuilder:
             score = f"val {node.val_score:.3f} ± {node.val_stderr:.3f}"
             if node.comparison:
                 c = node.comparison
-                score += f" ({c.delta:+.3f} ± {c.stderr:.3f} paired vs parent: {c.verdict})"
+                score += f" ({c.delta:+.3f} ± {c.stderr:.3f} paired vs parent: {c.verdict}{self.beyond(c)})"
             score += "".join(f", {key} {value:.3g}" for key, value in node.eval_metrics.items())
         else:
             score = node.status.value + (f" ({node.reason[:120]})" if node.reason else "")
@@ -342,10 +344,16 @@ class ContextBuilder:
         return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
                 "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
 
+    def beyond(self, comparison: Comparison) -> str:
+        """The margin this comparison's verdict was drawn at, so a tie reads as near or far."""
+        threshold = VERDICT_Z * math.hypot(comparison.stderr, self.noise.stage_sd or 0.0)
+        return f", beyond ±{threshold:.3f}"
+
     def limit_note(self, node: Node) -> str:
         if node.depth < self.max_depth:
             return ""
-        return " [past the depth limit, still improving]" if may_extend(node, self.max_depth) else " [at depth limit]"
+        return " [at or past the depth limit, still improving]" if may_extend(node, self.max_depth) \
+            else " [at depth limit]"
 
     def depth_text(self, tree: Tree) -> str:
         """The limit, and the nodes at or past it that may still be extended (the tree marks the rest)."""
@@ -353,7 +361,8 @@ class ContextBuilder:
         text = (f"Depth limit: {limit} stages; a node at stage {limit} or deeper may be extended only while its stage "
                 f"scored 'better' than its parent (paired), and never past stage {2 * limit}.")
         improving = [n.id for n in tree.scored() if n.depth >= limit and may_extend(n, limit)]
-        return text + (f" Past the limit and still improving: {', '.join(improving)}." if improving else "")
+        return text + (f" At or past the limit and still improving (may be extended): {', '.join(improving)}."
+                       if improving else "")
 
     def winner_text(self, tree: Tree) -> str:
         """Which node the session's result is: the best by validation, scored once on test at the end."""
@@ -388,6 +397,13 @@ class ContextBuilder:
         order += [n.id for n in sorted(tree.scored(), key=lambda n: n.val_score, reverse=True)]
         return list(dict.fromkeys(order))
 
+    @staticmethod
+    def curve_order(tree: Tree, shown: list[str]) -> list[str]:
+        """Whose curves stay when the prompt must shrink: the best node's first (why did the
+        best path stall, or is it still rising?), then the blocks in their order."""
+        best = tree.best()
+        return list(dict.fromkeys(([best.id] if best is not None and best.id in shown else []) + shown))
+
     def roles(self, tree: Tree, node_id: str | None, view: PromptView) -> list[str]:
         roles = ["the tree policy's pick"] if node_id == view.suggested else []
         if node_id is None:
@@ -418,7 +434,7 @@ class ContextBuilder:
         if node.comparison:
             c = node.comparison
             lines.append(f"- against its parent (paired, same {c.n} items): "
-                         f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}")
+                         f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}{self.beyond(c)}")
         if node.rationale:
             lines.append(f"- why it was proposed: {_clip_words(node.rationale, RATIONALE_CHARS)}")
         lines.append("- diagnosis:\n" + _indent(findings_text(node.diagnosis)))
@@ -442,7 +458,8 @@ class ContextBuilder:
     def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str) -> str:
         base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
         shown = self.detailed(tree, view)[: shape["blocks"]]
-        blocks = [self.candidate_block(tree, n, view, curves=i < shape["curves"]) for i, n in enumerate(shown)]
+        with_curves = self.curve_order(tree, shown)[: shape["curves"]]
+        blocks = [self.candidate_block(tree, n, view, curves=n in with_curves) for n in shown]
         if None in view.expandable:  # the base model: one line, first when it is the pick
             line = self.candidate_block(tree, None, view, curves=False)
             blocks = [line, *blocks] if view.suggested is None else [*blocks, line]

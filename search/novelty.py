@@ -23,6 +23,13 @@ def position(param: Param, value: float) -> float:
     return (value - param.low) / (param.high - param.low)
 
 
+def repeat_band(param: Param, tolerance: float = TOLERANCE) -> str:
+    """The near-repeat band in the parameter's own units: what a proposer can act on."""
+    if param.log:
+        return f"×{math.exp(tolerance * math.log(param.high / param.low)):.2f}"
+    return f"±{tolerance * (param.high - param.low):.3g}"
+
+
 def near_duplicate(space: SearchSpace, a: dict[str, Any], b: dict[str, Any], tolerance: float = TOLERANCE) -> bool:
     for name, param in space.params.items():
         if name not in a or name not in b:

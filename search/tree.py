@@ -41,6 +41,9 @@ class Finding:
         return asdict(self)
 
 
+VERDICT_Z = 2.0  # a paired verdict says better or worse beyond this many noise units (autorl/analysis/noise.py)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A child against its parent on the same evaluation items (paired differences)."""

@@ -63,7 +63,8 @@ def test_every_candidate_shows_its_values_score_comparison_diagnosis_and_curves(
     prompt = user_prompt(hand_built_tree())
     first = block(prompt, "n001")
     assert "temperature=0.96" in first  # exact, not rounded to T=1
-    assert "validation: 0.601 ± 0.015" in first and "+0.066 ± 0.011 → better" in first
+    assert "validation: 0.601 ± 0.015" in first
+    assert "+0.066 ± 0.011 → better, beyond ±0.033" in first  # 2·√(.011² + .012²)
     assert "entropy_collapse (critical): entropy 1.20 -> 0.04 over steps 3-20; try: raise the temperature" in first
     assert "curve of n001" in first and "path: base → n001 (stage 1; depth limit 3)" in first
     assert "the tree policy's pick" in block(prompt, "n002") and "curve of n002" in block(prompt, "n002")
@@ -89,9 +90,9 @@ def test_a_path_still_improving_at_the_limit_is_said_to_go_on():
     tree = hand_built_tree()
     tree.nodes["n003"].comparison = Comparison(0.028, 0.009, 1000, "better")
     prompt = user_prompt(tree, PromptView("n003", [None, "n001", "n002", "n003"], "3 of 8"))
-    assert "Past the limit and still improving: n003." in prompt
-    assert "[past the depth limit, still improving]" in next(line for line in prompt.splitlines()
-                                                                if line.startswith("- n003"))
+    assert "At or past the limit and still improving (may be extended): n003." in prompt
+    assert "[at or past the depth limit, still improving]" in next(line for line in prompt.splitlines()
+                                                                   if line.startswith("- n003"))
     assert block(prompt, "n003").startswith("## n003 — the tree policy's pick; best validation so far\n")
 
 
@@ -413,3 +414,19 @@ def test_the_trainer_options_an_edit_can_set_are_the_installed_ones_train_py_lea
     prompt = ContextBuilder(TEMPLATE.program, "t", TEMPLATE.space, curves=lambda n: "", train_py=train_py,
                             trl_version=metadata.version("trl"), edit_options=text).static(Tree())
     assert "Trainer options train.py leaves at their defaults" in prompt and "`epsilon_high` = None" in prompt
+
+
+def test_when_one_curve_fits_it_is_the_best_node_s_not_the_pick_s():
+    tree = hand_built_tree()  # n003 is the best; the pick is n001
+    view = PromptView(suggested="n001", expandable=[None, "n001", "n002"], budget="3 of 8")
+    prompts = (user_prompt(tree, view, max_tokens=tokens) for tokens in range(6000, 1000, -50))
+    prompt = next(p for p in prompts if p.count("- curves of its stage") == 1)
+    assert "curve of n003" in block(prompt, "n003") and "curve of n001" not in prompt
+
+
+def test_the_space_states_each_near_repeat_band_in_the_parameter_s_units():
+    prompt = user_prompt(hand_built_tree())
+    lr = next(line for line in prompt.splitlines() if line.startswith("- `learning_rate`"))
+    assert "(log scale); near-repeat band ×" in lr
+    temperature = next(line for line in prompt.splitlines() if line.startswith("- `temperature`"))
+    assert "near-repeat band ±" in temperature

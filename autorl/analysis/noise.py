@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import math
 
+from search.tree import VERDICT_Z as Z
 from search.tree import Comparison
-
-Z = 2.0
 
 
 def paired_comparison(child: list[dict], parent: list[dict], z: float = Z, stage_sd: float = 0.0) -> Comparison | None:
