@@ -183,8 +183,8 @@ def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:
         if session["strategy"] in BASELINES and session["strategy"] not in args.strategies \
                 and session["seed"] in args.seed_list:
             source = session.get("source", "this benchmark")
-            if source == "this benchmark":  # measured by the earlier run that wrote the file
-                source = f"benchmarks/results/{path.name}, code {session.get('commit')}"
+            if source == "this benchmark":  # measured by the earlier run that wrote the file (its commit kept)
+                source = f"benchmarks/results/{path.name}"
             taken.append({**session, "train_steps": session.get("train_steps", session.get("train_steps_spent")),
                           "winner_edited": False, "edited_stages": 0, "source": source})
     return taken
@@ -314,7 +314,8 @@ def main(argv=None) -> int:
     started = time.monotonic()
     results = with_prompt_sizes(run_all(args), args)
     text, numbers = report(results, args)
-    text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
+    if not args.report_only:
+        text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
     stem = f"llm_search-{args.template}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.md").write_text(f"# LLM strategies against the hyperparameter searches\n\n{text}")
