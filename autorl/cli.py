@@ -128,6 +128,7 @@ def research(
                                                 help="File holding the API key [default: $OPENAI_API_KEY]."),
     llm_timeout: float = option("llm_timeout_s"),
     max_llm_tokens: Optional[int] = option("max_llm_tokens"),
+    llm_prompt_tokens: int = option("llm_prompt_tokens"),
     max_llm_cost: Optional[float] = option("max_llm_cost"),
     llm_reasoning_effort: Optional[str] = option("llm_reasoning_effort"),
     llm_fallback: str = option("llm_fallback"),
@@ -155,6 +156,7 @@ def research(
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
+        llm_prompt_tokens=llm_prompt_tokens,
         max_llm_cost=max_llm_cost, llm_reasoning_effort=llm_reasoning_effort, llm_fallback=llm_fallback,
     )
     api_key = read_api_key(llm_key_file) if llm else None

@@ -130,6 +130,10 @@ class SessionConfig(BaseModel):
     llm_timeout_s: float = Field(60.0, gt=0, le=3600, description="Timeout of one LLM request attempt.")
     llm_retries: int = Field(3, ge=0, le=20, description="Retries of a failed LLM request (429, 5xx, timeouts).")
     max_llm_tokens: int | None = Field(None, ge=1, description="Stop asking the LLM after this many tokens.")
+    llm_prompt_tokens: int = Field(6000, ge=2000, le=200_000, description="Bound of one proposal prompt, in tokens "
+                                   "(about 4 characters each): a larger one shows more nodes' curves; keep it and "
+                                   "2,000 for the reply inside the model's context [default: 6000, for 8k-context "
+                                   "local models].")
     max_llm_cost: float | None = Field(None, gt=0, description="Stop asking the LLM after this many dollars.")
     llm_reasoning_effort: Literal["low", "medium", "high"] | None = Field(
         None, description="Reasoning effort of a reasoning model (low, medium or high) [default: not sent, the "
@@ -237,6 +241,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "workers": "--workers", "gpus": "--gpus", "name": "--name", "runs_dir": "--runs-dir",
     "tracking_uri": "--tracking-uri", "llm_model": "--llm",
     "llm_base_url": "--llm-base-url", "llm_timeout_s": "--llm-timeout", "max_llm_tokens": "--max-llm-tokens",
+    "llm_prompt_tokens": "--llm-prompt-tokens",
     "max_llm_cost": "--max-llm-cost", "llm_reasoning_effort": "--llm-reasoning-effort", "topic": "TOPIC",
     "llm_fallback": "--llm-fallback",
     "target": "--target", "patience": "--patience", "template": "--template", "approve": "--approve",

@@ -110,6 +110,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))),
         train_py=workspace.train_script_at(workspace.root_commit), diff=cache(workspace.diff_from_template),
         noise=template_noise(template), max_depth=config.max_depth, hybrid=hybrid,
+        max_tokens=config.llm_prompt_tokens,
         train_size=template.constants.get("stage", {}).get("train_size"),
         completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
         trl_version=metadata.version("trl"),  # read here: search/ never imports trl

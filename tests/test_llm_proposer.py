@@ -361,6 +361,30 @@ def test_a_session_s_prompt_states_the_training_set_size_and_the_installed_trl(t
     assert f"{TEMPLATE.constants['stage']['train_size']:,} training prompts" in static
 
 
+def test_the_prompt_bound_is_the_session_s_choice(tmp_path, workspace):
+    from autorl.config import SessionConfig
+    from autorl.loop.budget import Budget
+    from autorl.session import strategy_proposer
+    from search.context import PromptView
+
+    tree = Tree(0.53, 0.016)
+    for i in range(1, 9):
+        tree.add(Node(f"n{i:03d}", None if i < 3 else f"n{(i - 1) // 2:03d}", 1 if i < 3 else 2,
+                      TEMPLATE.space.defaults(), seed=i, proposer="llm", commit=workspace.root_commit,
+                      status=Status.SUCCEEDED, val_score=0.6 + i / 100, val_stderr=0.015, steps=20))
+    curves = {}
+    for tokens in (3000, 20000):
+        config = SessionConfig(name="s", topic="beat 60%", template="arith", strategy="llm", stages=8,
+                               max_depth=3, runs_dir=tmp_path / "runs", tracking_uri=f"sqlite:///{tmp_path}/m.db",
+                               llm_model="scripted", llm_base_url="http://127.0.0.1:9/v1", llm_prompt_tokens=tokens)
+        proposer = strategy_proposer(config, TEMPLATE, workspace, Budget(max_stages=8), "sk-test", notify=print)
+        proposer.context.curves = lambda node_id: "- reward: start 0.41, end 0.63\n" * 20
+        user = proposer.context.messages(tree, PromptView(None, [None, "n001"], "8 of 16"))[1]["content"]
+        assert len(user) <= tokens * 4
+        curves[tokens] = user.count("- curves of its stage")
+    assert curves[20000] > curves[3000]
+
+
 def test_a_node_past_the_depth_limit_is_a_parent_only_while_its_path_improves(make_proposer, tree, workspace):
     for node_id, parent, depth in (("n003", "n001", 2), ("n004", "n003", 3)):
         tree.add(Node(node_id, parent, depth, TEMPLATE.space.defaults(), seed=depth, proposer="llm",
