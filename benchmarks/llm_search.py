@@ -139,15 +139,17 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
                                                               "--llm-timeout", str(args.llm_timeout)))
     else:
         result = run_session(strategy, seed, args)
-    if not result.get("adopted"):
+    if result.get("adopted"):
+        result["commit"] = code.read_text().strip() if code.is_file() else None
+    else:
         code.write_text(args.commit)
+        result["commit"] = args.commit  # the code (the prompt) the session ran
     data = show(runs, name)
     nodes = {n["id"]: n for n in data["nodes"]}
     result["winner_edited"] = any(nodes[i].get("edited") for i in result["best_path"] if i in nodes)
     result["edited_stages"] = sum(bool(n.get("edited")) for n in data["nodes"])
     result["train_steps"] = result.pop("train_steps_spent", None)
     result["source"] = "this benchmark"
-    result["commit"] = code.read_text().strip() if code.is_file() else None  # the code (the prompt) it ran
     if strategy in LLM_STRATEGIES:
         result |= llm_usage(runs / "sessions" / result["session"], data.get("counters") or {})
     return result

@@ -30,7 +30,6 @@ diffs and of ``train.py``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template as Text
@@ -42,7 +41,7 @@ from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
-from search.tree import VERDICT_Z, Comparison, Node, Status, Tree, findings_text, may_extend
+from search.tree import Comparison, Node, Status, Tree, depth_ceiling, findings_text, may_extend, verdict_margin
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -346,8 +345,7 @@ class ContextBuilder:
 
     def beyond(self, comparison: Comparison) -> str:
         """The margin this comparison's verdict was drawn at, so a tie reads as near or far."""
-        threshold = VERDICT_Z * math.hypot(comparison.stderr, self.noise.stage_sd or 0.0)
-        return f", beyond ±{threshold:.3f}"
+        return f", beyond ±{verdict_margin(comparison.stderr, self.noise.stage_sd or 0.0):.3f}"
 
     def limit_note(self, node: Node) -> str:
         if node.depth < self.max_depth:
@@ -359,7 +357,7 @@ class ContextBuilder:
         """The limit, and the nodes at or past it that may still be extended (the tree marks the rest)."""
         limit = self.max_depth
         text = (f"Depth limit: {limit} stages; a node at stage {limit} or deeper may be extended only while its stage "
-                f"scored 'better' than its parent (paired), and never past stage {2 * limit}.")
+                f"scored 'better' than its parent (paired), and never past stage {depth_ceiling(limit)}.")
         improving = [n.id for n in tree.scored() if n.depth >= limit and may_extend(n, limit)]
         return text + (f" At or past the limit and still improving (may be extended): {', '.join(improving)}."
                        if improving else "")

@@ -9,6 +9,7 @@ what the application records (attempt, a person's decision, the Optuna trial).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, Literal
@@ -42,6 +43,12 @@ class Finding:
 
 
 VERDICT_Z = 2.0  # a paired verdict says better or worse beyond this many noise units (autorl/analysis/noise.py)
+
+
+def verdict_margin(stderr: float, stage_sd: float = 0.0, z: float = VERDICT_Z) -> float:
+    """How far a paired difference must go to be better or worse: ``z`` times the evaluation's
+    and the training seed's noise combined. The verdict and the prompt that explains it share it."""
+    return z * math.hypot(stderr, stage_sd)
 
 
 @dataclass(frozen=True)
@@ -196,7 +203,12 @@ def may_extend(node: Node, max_depth: int) -> bool:
     if node.depth < max_depth:
         return True
     improving = node.comparison is not None and node.comparison.verdict == "better"
-    return improving and node.depth < 2 * max_depth
+    return improving and node.depth < depth_ceiling(max_depth)
+
+
+def depth_ceiling(max_depth: int) -> int:
+    """The deepest stage a path still improving may reach."""
+    return 2 * max_depth
 
 
 def schedule_text(hyperparameters: dict[str, Any], roles: dict[str, str] | None = None) -> str:
