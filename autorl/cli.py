@@ -122,6 +122,9 @@ def research(
     runs_dir: Optional[Path] = RunsDir,
     tracking_uri: Optional[str] = TrackingUri,
     study_storage: Optional[str] = option("study_storage", envvar="AUTORL_STUDY_STORAGE"),
+    keep_checkpoints: str = option("keep_checkpoints"),
+    memory: str = option("memory"),
+    register: Optional[str] = option("register_as"),
     llm: Optional[str] = option("llm_model", envvar="AUTORL_LLM"),
     llm_base_url: Optional[str] = option("llm_base_url", envvar="OPENAI_BASE_URL"),
     llm_key_file: Optional[Path] = typer.Option(None, "--llm-key-file",
@@ -155,6 +158,7 @@ def research(
         gpus=gpus, approve=approve, target=target if target is not None else confirmed_topic_target(topic),
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
+        keep_checkpoints=keep_checkpoints, register_as=register, memory=memory,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         llm_prompt_tokens=llm_prompt_tokens,
         max_llm_cost=max_llm_cost, llm_reasoning_effort=llm_reasoning_effort, llm_fallback=llm_fallback,
@@ -327,7 +331,7 @@ def resume(
     observer, gate = interface(mode, wait)
     with unexpected_errors_as_one_line(f"cannot resume session {name!r}", runs / "sessions" / name):
         controller = resume_session(name, tracker, observer=observer, gate=gate, approve=mode, parallel=parallel,
-                                    api_key=read_api_key(llm_key_file) if needs_key else None)
+                                    api_key=read_api_key(llm_key_file) if needs_key else None, runs_dir=runs)
     if controller is None:
         console.print(f"session {name} has already finished; nothing to resume")
         return
@@ -358,12 +362,13 @@ def tui(
     stored = stored_config(run) if run is not None else None
     if stored is None:
         raise SessionError(f"no session {name!r} in {runs}; list them with: autorl ls --runs-dir {runs}")
-    if not Channel(stored.session_dir).exists:
-        raise SessionError(f"session {name!r} has no live channel in {stored.session_dir} (it has not started here, "
-                           f"or an older autorl ran it); see it with: autorl show {name}")
+    session_dir = runs / "sessions" / name
+    if not Channel(session_dir).exists:
+        raise SessionError(f"session {name!r} has no live channel in {session_dir} (it does not run from this runs "
+                           f"directory, or an older autorl ran it); see it with: autorl show {name}")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise SessionError("autorl tui needs an interactive terminal")
-    attach_app(stored.session_dir, getpass.getuser()).run()
+    attach_app(session_dir, getpass.getuser()).run()
 
 
 @app.command()
@@ -464,6 +469,8 @@ def show(
         from autorl.storage.report import NO_GAIN
 
         console.print(f"[yellow]{NO_GAIN}[/] (base val {fmt(data['base_score'])})")
+    if data.get("memory"):
+        console.print(f"memory: {data['memory']}", highlight=False)
     if (dashboard := dashboard_command(tracker, name)) is not None:
         console.print(f"its Optuna study:  {dashboard}", highlight=False)
 
@@ -472,13 +479,14 @@ def dashboard_command(tracker, name: str) -> str | None:
     """The optuna-dashboard command that opens a session's study (None without one)."""
     import shlex
 
+    from autorl.session import study_folder
     from autorl.storage.records import stored_config
     from search.study import storage_url
 
     config = stored_config(tracker.find_session(name))
     if config is None or config.strategy in ("grid", "random", "greedy", "pbt"):
         return None
-    return (f"optuna-dashboard {shlex.quote(storage_url(config.runs_dir, config.study_storage))}  "
+    return (f"optuna-dashboard {shlex.quote(storage_url(study_folder(config), config.study_storage))}  "
             "(pip install optuna-dashboard)")
 
 
@@ -493,8 +501,8 @@ def report(
     """Write a session's report (Markdown and HTML with figures) and log it to its MLflow run."""
     from autorl.views.session_report import report_session
 
-    _, tracker = open_tracker(runs_dir, tracking_uri, session=name)
-    paths = report_session(tracker, name)
+    runs, tracker = open_tracker(runs_dir, tracking_uri, session=name)
+    paths = report_session(tracker, name, runs / "sessions" / name)
     console.print(f"report: {paths['html']}\n        {paths['markdown']}", highlight=False)
     if open_it:
         import webbrowser

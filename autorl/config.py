@@ -18,6 +18,8 @@ ApproveMode = Literal["none", "edits", "all"]  # which proposals wait for a pers
 WorkerKind = Literal["warm", "cold"]
 SandboxKind = Literal["auto", "bwrap", "none"]
 ExecutorKind = Literal["local", "ray"]
+KeepCheckpoints = Literal["frontier", "all"]
+MemoryMode = Literal["on", "off"]
 STRATEGIES = get_args(Strategy)
 APPROVE_MODES = get_args(ApproveMode)
 DEFAULT_TEMPLATE = "digitsort"  # GRPO gains on it in a default session (benchmarks/results/first_run.md)
@@ -124,7 +126,15 @@ class SessionConfig(BaseModel):
     runs_dir: Path
     tracking_uri: str
     study_storage: str | None = Field(None, description="Optuna storage URL (e.g. postgresql://…, from `autorl server "
-                                      "up`) [default: the journal file runs/optuna.journal].")
+                                      "up`) [default: a journal file in the session's folder, kept in MLflow too].")
+    keep_checkpoints: KeepCheckpoints = Field(
+        "frontier", description="Which stage checkpoints stay in the artifact store: frontier (the best, and every "
+                                "node a later stage may still start from) or all.")
+    memory: MemoryMode = Field(
+        "on", description="Read what earlier sessions in this store measured on the same template (same frozen files "
+                          "and space.toml), from any strategy: a section of the LLM's prompt, and TPE's warm start.")
+    register_as: str | None = Field(None, description="Register the winner's model under this name in MLflow's model "
+                                 "registry (it is logged as an MLflow model either way).")
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
     llm_base_url: str | None = Field(None, description="Endpoint URL [default: OPENAI_BASE_URL or OpenAI].")
     llm_timeout_s: float = Field(60.0, gt=0, le=3600, description="Timeout of one LLM request attempt.")
@@ -248,6 +258,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "schedule_prior": "--schedule-prior", "local_steps": "--local-steps", "leaf_width": "--leaf-width",
     "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
+    "keep_checkpoints": "--keep-checkpoints", "register_as": "--register", "memory": "--memory",
 }
 
 

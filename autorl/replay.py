@@ -70,13 +70,16 @@ def replay_path(session_dir: Path, path: list[str], template: Template, train_py
 
 
 def edit_worth(session_dir: Path, path: list[str], template: Template, work: Path, sandbox: Sandbox,
-               stage_sd: float = 0.0, wall_factor: float = 1.0) -> EditWorth:
-    """Score the winner (the last node of ``path``) and its schedule replayed with the
-    template's ``train.py`` on the test split, paired item by item."""
+               stage_sd: float = 0.0, wall_factor: float = 1.0,
+               winner_checkpoint: Path | None = None) -> EditWorth:
+    """Score the winner (the last node of ``path``; its checkpoint at ``winner_checkpoint``,
+    in the run's artifact store since record version 4, else in the session folder) and its
+    schedule replayed with the template's ``train.py`` on the test split, paired item by item."""
     workspace = Workspace.create(template, work / "scorer")
     guard = FrozenGuard.record(workspace.path / "env")
     evaluator = FrozenEvaluator(workspace.path, guard, sandbox, pristine_env=template.path / "env")
-    winner = evaluator.score(session_dir / "nodes" / path[-1] / "checkpoint", "test", work / "winner")
+    checkpoint = winner_checkpoint or session_dir / "nodes" / path[-1] / "checkpoint"
+    winner = evaluator.score(checkpoint, "test", work / "winner")
     replayed = replay_path(session_dir, path, template, workspace.train_script.read_text(), work / "replay", sandbox,
                            wall_factor)
     replay = evaluator.score(replayed, "test", work / "replay")

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from functools import cache, partial
 from importlib import metadata
+from pathlib import Path
 from typing import Callable
 
 from autorl import faults
@@ -38,13 +39,16 @@ from autorl.stages.template import Template
 from autorl.stages.workers import worker_plan
 from autorl.stages.workspace import Workspace
 from autorl.storage import records
+from autorl.storage.earlier_sessions import FINGERPRINT_TAG, Memory, read_memory, template_fingerprint
 from autorl.storage.lock import SessionLock
+from autorl.storage.session_files import SessionFiles
 from autorl.storage.tracking import Tracker, remember_store
 from autorl.trainer_options import edit_options_text
 from autorl.views.session_report import report_session
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
 from search.context import ContextBuilder, Noise
+from search.earlier import warm_start
 from search.errors import LLMSetupError
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_endpoint, check_price
 from search.policy import BestFirstPolicy
@@ -96,9 +100,11 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return GreedyProposer(space, depth, seed)
     if config.strategy == "pbt":
         return PbtProposer(space, seed=seed)
-    study = optuna_study.open_study(config.runs_dir, config.name, seed, config.study_storage)
+    study = optuna_study.open_study(study_folder(config), config.name, seed, config.study_storage)
     if config.strategy == "optuna":
-        return FlatTpeProposer(space, depth, study, seed)
+        return FlatTpeProposer(space, depth, study, seed)  # its trials are whole schedules, not stages
+    memory = Memory.load(config.session_dir)
+    warm_start(study, memory.trials, space)  # what earlier sessions measured, for TPE as for the LLM
     if config.strategy == "tree":
         return TpeProposer(space, study, seed=seed, **tpe_options(config))
     client = LLMClient(llm_settings(config, api_key), cache=ReplyCache(config.session_dir / "llm_replies.jsonl"),
@@ -116,6 +122,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         trl_version=metadata.version("trl"),  # read here: search/ never imports trl
         edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
         policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
+        memory=memory.text,
     )
     return LLMProposer(
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
@@ -154,6 +161,21 @@ def template_noise(template: Template) -> Noise:
     return Noise(template.stage_sd, template.stage_sd_source or "measured for this template")
 
 
+def study_folder(config: SessionConfig) -> Path:
+    """The folder of the session's Optuna journal: its own folder (a cache, the journal is
+    kept in MLflow too), or, for a session made before record version 4, the runs
+    directory's shared journal, which holds its study."""
+    shared = config.runs_dir / optuna_study.JOURNAL
+    if shared.is_file() and optuna_study.holds_study(config.runs_dir, config.name):
+        return config.runs_dir
+    return config.session_dir
+
+
+def session_journal(config: SessionConfig) -> Path | None:
+    """The journal file a session keeps in MLflow (None when its study is in a database)."""
+    return None if config.study_storage else study_folder(config) / optuna_study.JOURNAL
+
+
 @dataclass
 class Stores:
     """What a session has open before its controller exists: the same for a new and a resumed one."""
@@ -164,6 +186,7 @@ class Stores:
     guard: FrozenGuard
     sandbox: Sandbox
     lock: SessionLock
+    files: SessionFiles
 
 
 CREATING = ".creating"  # in a session folder whose creation has not finished
@@ -231,17 +254,22 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     (config.session_dir / "frozen_hashes.json").write_text(json.dumps(guard.expected, indent=2))
     remember_store(config.session_dir, tracker.uri)  # show, resume, report and tui find it from the runs directory
     faults.point("workspace_made")
+    fingerprint = template_fingerprint(guard.expected, (template.path / "space.toml").read_text())
     run_id = tracker.start_session(
         config.name,
         params={**config.model_dump(mode="json"), "template_path": str(template.path)},
-        tags=records.session_tags(config, template.name, str(template.path), sandbox.tier, str(workspace.path),
-                                  workspace.head),
+        tags={**records.session_tags(config, template.name, str(template.path), sandbox.tier, str(workspace.path),
+                                     workspace.head), FINGERPRINT_TAG: fingerprint},
     )
     faults.point("session_run_created")
     tracker.log_text(run_id, template.program + f"\n\n## Topic\n\n{config.topic}\n", "program.md")
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
+    files = SessionFiles(tracker, run_id, config.session_dir, session_journal(config))
+    files.save_workspace(workspace.path)
+    memory = read_memory(tracker, fingerprint, template.space, run_id) if config.memory == "on" else Memory("off")
+    files.save_memory(memory)
     (config.session_dir / CREATING).unlink()
-    stores = Stores(tracker, run_id, workspace, guard, sandbox, lock)
+    stores = Stores(tracker, run_id, workspace, guard, sandbox, lock, files)
     budget = session_budget(config, template, Goals(config.target, config.patience, template.stage_sd))
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
@@ -282,7 +310,8 @@ def make_executor(config: SessionConfig, template: Template, stores: Stores,
                   notify: Callable[[str], None]) -> Executor:
     """Where stages run: this machine's sandbox, or (``--executor ray``) a Ray cluster."""
     pristine = template.path / "env"
-    plan = worker_plan(config, template, stores.workspace.path) if config.workers == "warm" else None
+    plan = (worker_plan(config, template, stores.workspace.path, stores.tracker.local_artifact_root())
+            if config.workers == "warm" else None)
     runner = StageRunner(stores.workspace.path, stores.sandbox, stores.guard, pristine_env=pristine)
     evaluator = FrozenEvaluator(stores.workspace.path, stores.guard, stores.sandbox, pristine_env=pristine)
     if config.executor != "ray":
@@ -296,7 +325,9 @@ def ray_stages(config: SessionConfig, template: Template, stores: Stores, plan: 
     task = remote_stage.session_task(stores.workspace.path, config.session_dir / "frozen_hashes.json", config.sandbox,
                                      stores.sandbox.limits, plan)
     return RayStages(config.ray_address, f"{config.name}-{stores.run_id[:8]}", task, config.session_dir,
-                     cpus=trial_cpus(config, template) or 1.0, want_gpu=config.gpus != "none", notify=notify)
+                     tracking_uri=stores.tracker.uri, artifact_uri=stores.tracker.checkpoints.artifact_uri,
+                     session_run_id=stores.run_id, cpus=trial_cpus(config, template) or 1.0,
+                     want_gpu=config.gpus != "none", notify=notify)
 
 
 def assemble(config: SessionConfig, template: Template, stores: Stores, budget: Budget, *,
@@ -312,12 +343,13 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
     parts = Collaborators(
         tracker=stores.tracker,
         workspace=stores.workspace,
+        files=stores.files,
         executor=make_executor(config, template, stores, notify=observer.message),
         proposer=proposer,
         policy=None if proposer.chooses_parent else BestFirstPolicy(
             config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
             leaf_width=config.leaf_width),
-        report=partial(report_session, stores.tracker, config.name),
+        report=partial(report_session, stores.tracker, config.name, config.session_dir),
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
                       tree=tree, lock=stores.lock)

@@ -168,8 +168,21 @@ def ablate(result: dict, args: argparse.Namespace) -> dict | None:
     work = args.work / "ablation" / f"{result['strategy']}-{result['seed']}"
     shutil.rmtree(work, ignore_errors=True)  # what an attempt that failed left
     worth = edit_worth(runs / "sessions" / result["session"], result["best_path"], template, work,
-                       choose_sandbox("auto"), stage_sd=template.stage_sd, wall_factor=REPLAY_WALL_FACTOR)
+                       choose_sandbox("auto"), stage_sd=template.stage_sd, wall_factor=REPLAY_WALL_FACTOR,
+                       winner_checkpoint=winner_checkpoint(runs, result["session"], work))
     return worth.to_dict()
+
+
+def winner_checkpoint(runs: Path, session: str, work: Path) -> Path | None:
+    """The winner's checkpoint from its run's artifact store (None: a session that kept it in its folder)."""
+    from autorl.storage.report import show_session
+    from autorl.storage.tracking import Tracker
+
+    tracker = Tracker.for_runs_dir(runs)
+    best = show_session(tracker, session)["best"]
+    if best.get("checkpoint") != "stored":
+        return None
+    return tracker.checkpoints.fetch(best["mlflow_run_id"], work / "winner-checkpoint")
 
 
 def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:

@@ -94,6 +94,8 @@ def run_session(strategy: str, seed: int, args: argparse.Namespace, extra: tuple
     recorded as ``label``); returns its `show --json` plus its wall time."""
     if getattr(args, "max_depth", None):
         extra = (*extra, "--max-depth", str(args.max_depth))
+    if "--memory" not in extra:  # a comparison gives each strategy the same information: none from earlier sessions
+        extra = (*extra, "--memory", "off")
     label = label or strategy
     runs = args.work / f"{label}-{seed}"
     name = f"bench-{label}-{seed}"

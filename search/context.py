@@ -74,6 +74,11 @@ def space_text(space: SearchSpace) -> str:
     return "\n".join(lines)
 
 
+def memory_section(memory: str) -> str:
+    """The prompt's section on earlier sessions, right after the brief (empty without one)."""
+    return f"\n\n# What earlier sessions on this template measured\n\n{memory.strip()}" if memory.strip() else ""
+
+
 def diff_summary(diff: str) -> str:
     """One line for a unified diff: lines added and removed, and the first change."""
     added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
@@ -259,7 +264,8 @@ class ContextBuilder:
                  max_tokens: int = 6000, train_py: str = "", diff: Callable[[str], str] = lambda commit: "",
                  noise: Noise | None = None, max_depth: int = 3, hybrid: bool = False,
                  train_size: int | None = None, completions_per_step: int | None = None,
-                 trl_version: str | None = None, policy: BestFirstPolicy | None = None, edit_options: str = ""):
+                 trl_version: str | None = None, policy: BestFirstPolicy | None = None, edit_options: str = "",
+                 memory: str = ""):
         self.program = program
         self.topic = topic
         self.space = space
@@ -275,6 +281,7 @@ class ContextBuilder:
         self.trl_version = trl_version  # read by the application (search/ never imports trl)
         self.edit_options = edit_options  # the same: autorl/trainer_options.py
         self.policy = policy or BestFirstPolicy(max_depth)  # to say why the tree policy picked what it did
+        self.memory = memory  # what earlier sessions on this template measured (search/earlier.py), or ""
 
     # -- the part that never changes ------------------------------------------------------------
 
@@ -285,6 +292,7 @@ class ContextBuilder:
         return prompt(
             "static", task=prompt("task_hybrid" if self.hybrid else "task_llm", startup=N_STARTUP_TRIALS).strip(),
             program=self.program.strip(), topic=self.topic, space=space_text(self.space),
+            memory=memory_section(self.memory),
             facts=facts_text(self.space, self.train_size, self.completions_per_step, self.trl_version,
                              self.edit_options),
             noise=self.noise.text(tree), train_py=self.train_py if train_py is None else train_py,

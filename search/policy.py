@@ -58,6 +58,25 @@ class BestFirstPolicy:
         return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth) and n.healthy
                          and not self.last_level_is_full(tree, n)]
 
+    def reachable(self, tree: Tree, max_nodes: int | None) -> set[str]:
+        """The nodes this policy may still pick: its candidates, less those whose score plus
+        the largest bonus they could ever get (at ``max_nodes`` nodes, with no more children)
+        stays below the score of a candidate that remains one (its bonus is never negative)."""
+        nodes = {c for c in self.candidates(tree) if c is not None}
+        lasting = [tree.score_of(c) or 0.0 for c in nodes
+                   if self.leaf_width is None or tree.nodes[c].depth != self.max_depth - 1]
+        if max_nodes is None or not lasting:
+            return nodes
+        floor = max(lasting)
+
+        def ceiling(node_id: str) -> float:
+            visits = len(tree.children(node_id))
+            stderr = tree.stderr_of(node_id) or tree.typical_stderr()
+            return (tree.score_of(node_id) or 0.0) + self.exploration * stderr * math.sqrt(
+                math.log(max_nodes + 1) / (visits + 1))
+
+        return {c for c in nodes if ceiling(c) >= floor - 1e-9}
+
     def last_level_is_full(self, tree: Tree, node: Node) -> bool:
         """Whether a node whose children are leaves already has its ``leaf_width`` of them."""
         if self.leaf_width is None or node.depth != self.max_depth - 1:

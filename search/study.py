@@ -1,7 +1,7 @@
-"""Optuna study storage: one journal file next to the MLflow store, or a shared database.
+"""Optuna study storage: one journal file per session, or a shared database.
 
-By default a journal file (not SQLite): several processes may open it at once and it
-needs no schema migration; only the controller writes to it (ask/tell). With a
+By default a journal file (not SQLite) in the session's folder, which the session also
+keeps in MLflow: it needs no schema migration; only the controller writes to it (ask/tell). With a
 database URL (``--study-storage postgresql://…``, e.g. the one `autorl server up`
 starts) the studies live beside other people's, in one place optuna-dashboard opens.
 """
@@ -17,11 +17,12 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState, create_trial
 
 N_STARTUP_TRIALS = 4
+JOURNAL = "optuna.journal"
 
 
-def storage_url(runs_dir: Path, url: str | None = None) -> str:
+def storage_url(folder: Path, url: str | None = None) -> str:
     """Where a session's study lives, as optuna-dashboard takes it."""
-    return url or str(runs_dir / "optuna.journal")
+    return url or str(folder / JOURNAL)
 
 
 class FlockLock:
@@ -46,16 +47,23 @@ class FlockLock:
             self.handle = None
 
 
-def open_storage(runs_dir: Path, url: str | None = None):
+def open_storage(folder: Path, url: str | None = None):
+    """The database at ``url``, else the journal file in ``folder``."""
     if url is None:
-        journal = runs_dir / "optuna.journal"
-        return JournalStorage(JournalFileBackend(str(journal), lock_obj=FlockLock(runs_dir / ".optuna.journal.flock")))
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FlockLock(folder / f".{JOURNAL}.flock")
+        return JournalStorage(JournalFileBackend(str(folder / JOURNAL), lock_obj=lock))
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
-def open_study(runs_dir: Path, session: str, seed: int, url: str | None = None) -> optuna.Study:
+def holds_study(folder: Path, name: str) -> bool:
+    """Whether the journal in ``folder`` holds a study called ``name``."""
+    return any(study.study_name == name for study in open_storage(folder).get_all_studies())
+
+
+def open_study(folder: Path, session: str, seed: int, url: str | None = None) -> optuna.Study:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(runs_dir, url)
+    storage = open_storage(folder, url)
     sampler = tpe_sampler(seed)
     return optuna.create_study(
         study_name=session, storage=storage, direction="maximize", sampler=sampler, load_if_exists=True

@@ -112,6 +112,7 @@ class Node:
     timing: dict[str, Any] = field(default_factory=dict)  # where its wall time went (autorl/stages/timing.py)
     peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the evaluator's extra numbers (e.g. format_rate)
+    checkpoint: str = ""  # "stored" in its run's artifacts, "deleted" by retention; "" in the session folder (older)
     planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)
 
     @property

@@ -172,3 +172,43 @@ class LocalCluster:
                 except ProcessLookupError:
                     pass
             time.sleep(0.5)
+
+
+class TrackingServer:
+    """An MLflow tracking server on loopback that serves its own artifact root: the store a
+    cluster's nodes reach over the network (theirs hide the test's folders)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.port = folder, free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 120.0) -> TrackingServer:
+        import urllib.request
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.folder / 'mlflow.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts"), "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "1"],
+            stdout=(self.folder / "server.log").open("ab"), stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"mlflow server did not start: {(self.folder / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)

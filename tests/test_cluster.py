@@ -1,6 +1,7 @@
 """Stages on a Ray cluster whose nodes share no folder with the controller: a head and two
 worker nodes on this machine (tests/local_cluster.py), the workers started where the
-test's folders (the session, the template) are empty. A node is lost mid-stage."""
+test's folders (the session, the template) are empty; what crosses the cluster crosses it
+through the session's artifact store, an MLflow server on loopback. A node is lost mid-stage."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import AUTORL, REPO, make_template, run_cli, wait_until
-from local_cluster import LocalCluster, release_held_stages
+from local_cluster import LocalCluster, TrackingServer, release_held_stages
 
 pytestmark = pytest.mark.slow
 
@@ -23,6 +24,13 @@ def cluster(tmp_path_factory):
     yield started
     started.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store(cluster):
+    server = TrackingServer(cluster.root / "store").start()
+    yield server.uri
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +54,13 @@ def first_step_of(runs_dir: Path, name: str) -> dict | None:
     return None
 
 
+def command_of(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""  # exited: it holds nothing now
+
+
 def job_of(cluster, prefix: str):
     from ray.job_submission import JobSubmissionClient
 
@@ -53,10 +68,12 @@ def job_of(cluster, prefix: str):
             if job.submission_id and job.submission_id.startswith(prefix)]
 
 
-def test_a_node_lost_mid_stage_costs_nothing_on_a_cluster_that_shares_no_folder(cluster, held_template, runs_dir):
+def test_a_node_lost_mid_stage_costs_nothing_on_a_cluster_that_shares_no_folder(cluster, store, held_template,
+                                                                                 runs_dir):
     assert not any(os.listdir(cluster.root / name / "work") for name in cluster.names)
     session = subprocess.Popen([*AUTORL, "research", "t", "--template", str(held_template), "--stages", "4",
-                                "--executor", "ray", "--ray-address", cluster.dashboard, "--name", "lost"],
+                                "--executor", "ray", "--ray-address", cluster.dashboard, "--name", "lost",
+                                "--tracking-uri", store],
                                cwd=REPO, env=session_env(cluster), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     wait_until(lambda: first_step_of(runs_dir, "lost") is not None, "a stage's first step", 180, session)
@@ -83,26 +100,38 @@ def test_a_node_lost_mid_stage_costs_nothing_on_a_cluster_that_shares_no_folder(
     states = {j.submission_id.removeprefix(prefix) or "first": j.status.value for j in job_of(cluster, prefix)}
     assert states == {"first": "FAILED", "-r1": "SUCCEEDED"}
 
-    # nothing lost: every stage's checkpoint, metrics and result reached the controller's folder
+    # nothing lost: every stage's metrics and result reached the controller, and its checkpoint
+    # the artifact store (unless retention deleted it: no later stage could start from it)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(store)
     nodes = runs_dir / "sessions" / "lost" / "nodes"
     for node in data["nodes"]:
-        assert (nodes / node["id"] / "checkpoint" / "config.json").is_file()
+        stored = [a.path for a in client.list_artifacts(node["mlflow_run_id"], "checkpoint")]
+        assert (node["checkpoint"], "checkpoint/config.json" in stored) in (("stored", True), ("deleted", False))
         assert [json.loads(line)["step"] for line in (nodes / node["id"] / "metrics.jsonl").open()] == [1, 2]
         assert node["steps"] == 2
     # nothing duplicated: the retried stage's steps are recorded once each
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
     history = client.get_metric_history(retried["mlflow_run_id"], "reward")
     assert sorted(m.step for m in history) == [1, 2]
     assert data["train_steps_spent"] == 8
+    # nothing of the session is in the cluster's object store: what is there is the Jobs API's own
+    # (its dashboard's), once the jobs' processes have exited
+    from ray.util.state import list_objects
+
+    def owners() -> set[str]:
+        objects = list_objects(address=cluster.dashboard, raise_on_missing_output=False)
+        return {command_of(o.pid) for o in objects}
+
+    wait_until(lambda: all(not owner or "dashboard" in owner for owner in owners()), "only the Jobs API's objects left",
+               60)
 
 
-def test_stages_go_only_where_their_resources_are(cluster, held_template, runs_dir):
+def test_stages_go_only_where_their_resources_are(cluster, store, held_template, runs_dir):
     """Two CPUs a stage, on nodes of one CPU each: no node can take it, and the session says
     so rather than run it anywhere."""
     done = run_cli("research", "t", "--template", str(held_template), "--stages", "1", "--executor", "ray",
-                   "--ray-address", cluster.dashboard, "--trial-cpus", "2", "--name", "big",
+                   "--ray-address", cluster.dashboard, "--trial-cpus", "2", "--name", "big", "--tracking-uri", store,
                    env={"RAY_ADDRESS": cluster.gcs})
     assert done.returncode != 0 and ("n001: no node of the cluster has 2 CPUs free to give a stage (the largest has 1 "
                                      "CPUs)") in done.stdout + done.stderr, done.stdout + done.stderr

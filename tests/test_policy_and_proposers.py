@@ -458,3 +458,43 @@ def test_the_fresh_roots_rule_never_spends_the_last_stage_on_a_root():
     tree = Tree(base_score=0.5, base_stderr=0.01)
     scored(tree, "n001", None, 0.6)
     assert BestFirstPolicy(max_depth=3, min_roots=2).select(tree, stages_left=1, stages=8) == "n001"
+
+
+# -- which nodes may still be a parent (retention keeps their checkpoints) ---------------------------
+
+def test_the_policy_can_never_reach_a_node_whose_largest_bonus_stays_below_a_lasting_candidate():
+    tree = Tree(base_score=0.5, base_stderr=0.01)
+    scored(tree, "n001", None, 0.70)
+    scored(tree, "n002", None, 0.69)  # within a bonus of the leader
+    scored(tree, "n003", None, 0.40)  # 30 points below: no bonus in 40 nodes reaches 0.70
+    scored(tree, "n004", "n001", 0.71, depth=2)  # at the depth limit: never a candidate
+    policy = BestFirstPolicy(max_depth=2)
+    assert policy.reachable(tree, max_nodes=40) == {"n001", "n002"}
+    assert policy.reachable(tree, max_nodes=None) == {"n001", "n002", "n003"}  # no cap: any bonus may come
+    for _ in range(30):  # and it never picks n003 while the session grows to 40 nodes
+        pick = policy.select(tree)
+        assert pick != "n003"
+        scored(tree, tree.next_id(), pick, 0.65, depth=1 if pick is None else tree.nodes[pick].depth + 1)
+
+
+def test_each_baseline_names_the_nodes_it_may_still_extend(tmp_path):
+    space = templates.load("arith").space
+    greedy = GreedyProposer(space, max_depth=2, seed=0)
+    _, tree = run_line(greedy, [0.6, 0.55, 0.7])  # n003 (depth 2) is the incumbent: its next stage retries from n001
+    assert greedy.parents(tree) == {"n003", "n001"}
+    grid = GridProposer(space, max_depth=3, seed=1)
+    _, tree = run_line(grid, [0.6])
+    assert grid.parents(tree) == {"n001"}  # its schedule goes on from its tip
+    _, tree = run_line(grid, [0.7, 0.65], tree)
+    assert grid.parents(tree) == set()  # the schedule ended; the next starts from the base model
+    assert TpeProposer(space, hpo.open_study(tmp_path, "s", 0)).parents(tree) is None  # the tree policy decides
+
+
+def test_pbt_may_extend_only_its_last_two_rounds():
+    from search.proposers import PbtProposer
+
+    tree, pbt = Tree(base_score=0.5), PbtProposer(DEDUP_SPACE, size=4, seed=0)
+    run_pbt_round(tree, pbt, [0.55, 0.70, 0.40, 0.60])
+    run_pbt_round(tree, pbt, [0.6, 0.7, 0.5, 0.6])
+    run_pbt_round(tree, pbt, [0.6, 0.7])  # half of round 3
+    assert pbt.parents(tree) == {f"n{i:03d}" for i in range(5, 11)}

@@ -119,6 +119,8 @@ def test_a_lora_stage_of_smollm_trains_merges_and_is_scored(tmp_path, runs_dir):
     node = json.loads(run_cli("show", "lora", "--json").stdout)["nodes"][0]
     assert node["status"] == "succeeded" and node["val_score"] is not None
     assert node["hyperparameters"]["lora_rank"] == 16 and node["steps"] == 2
-    checkpoint = runs_dir / "sessions" / "lora" / "nodes" / "n001" / "checkpoint"
+    assert node["checkpoint"] == "stored"  # in the run's artifacts, where a child stage reads it
+    client = MlflowClient(f"sqlite:///{runs_dir / 'mlflow.db'}")
+    checkpoint = Path(client.download_artifacts(node["mlflow_run_id"], "checkpoint", str(tmp_path)))
     assert not (checkpoint / "adapter_config.json").exists()  # merged: full weights, the adapter folded in
     assert load_file(str(checkpoint / "model.safetensors")).keys() == load_file(str(base / "model.safetensors")).keys()

@@ -64,7 +64,7 @@ def check_invariants(runs_dir, data):
     assert session.data.metrics["stages_spent"] == len(data["nodes"]) == STAGES
     assert (data["train_steps_spent"] == session.data.metrics["train_steps_spent"]
             == sum(n["steps"] for n in data["nodes"]))
-    study = hpo.open_study(runs_dir, "s", 3)
+    study = hpo.open_study(runs_dir / "sessions" / "s", "s", 3)  # the session keeps its own journal
     complete = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
     owned = sorted(int(client.get_run(n["mlflow_run_id"]).data.tags["autorl.optuna_trial"]) for n in data["nodes"])
     assert complete == owned  # every finished trial is a node and every node a finished trial

@@ -3,6 +3,7 @@ stopped by `autorl server up|down`; sessions of two users share it (fast stand-i
 
 import json
 import shutil
+import signal
 import socket
 import tempfile
 from pathlib import Path
@@ -80,3 +81,27 @@ def test_an_unreachable_server_is_one_clear_error_and_creates_nothing(server, fa
     assert done.returncode == 1 and "--study-storage: cannot open" in done.stderr
     listed = json.loads(run_cli("ls", "--json", "--tracking-uri", server["tracking"]).stdout)
     assert "lost" not in {s["name"] for s in listed}
+
+
+def shown_tree(name: str, store: list[str], runs) -> list:
+    done = run_cli("show", name, "--json", "--runs-dir", str(runs), *store)
+    assert done.returncode == 0, done.stderr
+    nodes = json.loads(done.stdout)["nodes"]
+    return [(n["id"], n["parent"], n["status"], n["val_score"], n["hyperparameters"]) for n in nodes]
+
+
+def test_a_session_resumes_from_the_server_alone(server, fast_template, tmp_path):
+    """Killed, its whole runs folder deleted, resumed into an empty one: the tree of a session left alone."""
+    store = ["--tracking-uri", server["tracking"]]
+    # memory off: "cut" would otherwise read "whole" as an earlier session and search differently
+    args = ["research", "t", "--template", str(fast_template), "--stages", "4", "--seed", "3", "--memory", "off",
+            *store]
+    whole = run_cli(*args, "--name", "whole", "--runs-dir", str(tmp_path / "a"))
+    assert whole.returncode == 0, whole.stderr
+    killed = run_cli(*args, "--name", "cut", "--runs-dir", str(tmp_path / "b"), env={"AUTORL_FAULT": "evaluated:2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    shutil.rmtree(tmp_path / "b")
+    resumed = run_cli("resume", "cut", "--runs-dir", str(tmp_path / "c"), *store)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "rebuilt the session folder from MLflow" in resumed.stdout
+    assert shown_tree("cut", store, tmp_path / "d") == shown_tree("whole", store, tmp_path / "d")

@@ -88,7 +88,7 @@ def test_warm_and_cold_workers_train_the_same_scores(tmp_path, runs_dir):
     scores = {}
     for workers in ("cold", "warm"):
         done = run_cli("research", "same", "--template", str(template), "--stages", "2", "--name", workers,
-                       "--seed", "5", "--workers", workers)
+                       "--seed", "5", "--workers", workers, "--memory", "off")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         data = json.loads(run_cli("show", workers, "--json").stdout)
         assert {n["worker"] for n in data["nodes"]} == {workers}

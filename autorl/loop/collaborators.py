@@ -8,6 +8,7 @@ from pathlib import Path
 
 from autorl.stages.executor import Executor
 from autorl.stages.workspace import Workspace
+from autorl.storage.session_files import SessionFiles
 from autorl.storage.tracking import Tracker
 from search.policy import BestFirstPolicy
 from search.proposers import Proposer
@@ -17,6 +18,7 @@ from search.proposers import Proposer
 class Collaborators:
     tracker: Tracker
     workspace: Workspace
+    files: SessionFiles  # what the session folder holds, kept in MLflow too
     executor: Executor  # LocalStages, or RayExecutor with --executor ray
     proposer: Proposer
     policy: BestFirstPolicy | None  # None when the proposer chooses parents itself (flat and greedy baselines)

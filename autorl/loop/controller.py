@@ -31,6 +31,7 @@ from autorl.loop.ledger import Ledger
 from autorl.loop.lifecycle import StageLifecycle
 from autorl.loop.observer import Observer
 from autorl.loop.reconcile import in_flight
+from autorl.loop.retention import Retention
 from autorl.loop.review import Review
 from autorl.loop.scoring import Scoring
 from autorl.loop.slots import Event, StageSlots
@@ -39,6 +40,7 @@ from autorl.stages.spec import TrialSpec
 from autorl.stages.stage import StageOutcome, StageWork
 from autorl.stages.template import Template
 from autorl.stages.timing import TRAINED_KEY, productive_seconds, utc_now
+from autorl.storage.earlier_sessions import Memory
 from autorl.storage.lock import SessionLock
 from search.importance import param_importance
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped
@@ -70,6 +72,8 @@ class Controller:
                                      self.deferred)
         self.review = Review(self.gate, parts, template.space, session_run_id, config.session_dir, self.observer)
         self.ledger = Ledger(budget, self.tree, parts.tracker, session_run_id, self.slots.size)
+        self.retention = Retention(config.keep_checkpoints, self.tree, self.stages, parts.proposer, parts.policy,
+                                   budget, self.observer)
         self.scoring = Scoring(parts.executor.evaluator, template.base_model_dir(parts.workspace.path), self.stages,
                                self.tree, parts.tracker, session_run_id, self.ledger, self.observer)
 
@@ -79,16 +83,17 @@ class Controller:
         self.observer.session_started(self.config.name, self.tree, self.budget)
         for line in self.parts.executor.describe(self.slots.size, self.config.parallel):
             self.observer.message(line)
+        self.observer.message(f"memory: {Memory.load(self.config.session_dir).summary()}")
         try:
             self.parts.executor.open()
-            if self.tree.base_score is None:
+            if self.tree.base_score is None or not self.scoring.has_base_items():
                 self.scoring.base()
             self.reconcile()
             while (reason := self.stop_reason()) is None:
                 if full := self.disk_full():
                     self.finish("stopped", full)
                     return self.tree
-                if self.slots.free == 0:
+                if self.slots.free <= 0:
                     self.handle_events(until_one_ends=True)
                     continue
                 try:
@@ -103,6 +108,7 @@ class Controller:
                 self.finish("failed", f"{reason}, and no stage succeeded: {self.last_failure()}", resumable=False)
                 return self.tree
             self.scoring.test()
+            self.scoring.publish(self.config.register_as)
             self.finish("finished", reason)
         except KeyboardInterrupt:
             self.finish("stopped", "interrupted (Ctrl-C or SIGTERM)")
@@ -144,8 +150,12 @@ class Controller:
             self.dropped(exc)
             return None
         self.dropped_in_a_row = 0
-        reviewed = self.review.consider(proposal, self.tree, while_waiting=self.handle_events,
-                                        check_stop=self.check_stop)
+        self.retention.waiting = proposal.parent  # its checkpoint stays while a person decides
+        try:
+            reviewed = self.review.consider(proposal, self.tree, while_waiting=self.handle_events,
+                                            check_stop=self.check_stop)
+        finally:
+            self.retention.waiting = None
         if reviewed is None:
             return None
         proposal = self.fit_to_budget(reviewed.proposal)
@@ -192,7 +202,7 @@ class Controller:
         node.timing = {"started_at": utc_now()}
         spec = None
         if outcome is None:
-            spec = self.stages.spec(node)
+            spec = self.stages.spec(node, fetched_elsewhere=self.parts.executor.fetches_checkpoints)
             self.parts.workspace.checkout_train_script(node.commit)
             self.checked_out = node.commit
             self.set_phase(node, "starting")
@@ -205,7 +215,7 @@ class Controller:
                            on_phase=lambda phase: self.slots.post("phase", node.id, phase),
                            should_stop=lambda: self.gate.stop_requested.is_set() or self.slots.stopping.is_set())
         if outcome is None:
-            return self.parts.executor.run(node.attempt, spec, hooks)
+            return self.parts.executor.run(node.attempt, spec, hooks, node.mlflow_run_id)
         return self.parts.executor.score(outcome, self.stages.node_dir(node.id), hooks)
 
     def heard_step(self, node_id: str, record: dict) -> None:
@@ -262,6 +272,7 @@ class Controller:
         self.ledger.add(productive_seconds(node.timing))
         self.ledger.log(step=len(self.tree.nodes))
         self.observer.stage_finished(node, self.tree)
+        self.retention.prune()
         if node.frozen_violation:
             raise FrozenFileError(node.reason)
         self.breaches = self.breaches + 1 if breach else 0
@@ -272,6 +283,8 @@ class Controller:
     def reconcile(self) -> None:
         """Finish what a killed controller left in flight (autorl/loop/reconcile.py)."""
         for carry in in_flight(self.tree, self.parts.executor, self.stages, self.observer):
+            while self.slots.free <= 0:  # a smaller --parallel than before the stop: one at a time as slots free
+                self.handle_events(until_one_ends=True)
             if carry.follow:
                 self.start(carry.node)
             else:

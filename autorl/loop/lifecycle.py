@@ -9,6 +9,7 @@ and what MLflow holds of a node is always written through the node codec
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from autorl import faults
@@ -17,7 +18,7 @@ from autorl.analysis.diagnose import RewardScale, diagnose
 from autorl.analysis.noise import paired_comparison
 from autorl.analysis.plots import plot_curves
 from autorl.config import SessionConfig
-from autorl.errors import ContractError, FrozenFileError
+from autorl.errors import CheckpointError, ContractError, FrozenFileError
 from autorl.loop.budget import Budget
 from autorl.loop.collaborators import Collaborators
 from autorl.loop.deferred import Deferred
@@ -31,6 +32,7 @@ from autorl.storage import records
 from search.proposers import Proposal
 from search.tree import Decision, Node, Status, Tree
 
+STORED, DELETED = "stored", "deleted"  # where a node's checkpoint is (Node.checkpoint)
 STAGE_ARTIFACTS = ("spec.json", "metrics.jsonl", "stdout.log", "stderr.log", "train_py.diff", "eval_validation.json",
                    "eval_validation_stderr.log", "diagnosis.json")
 
@@ -56,6 +58,27 @@ class StageLifecycle:
         """A node's folder; the base model's (``None``) is ``base/``."""
         return self.config.session_dir / ("base" if node_id is None else f"nodes/{node_id}")
 
+    def checkpoint(self, node_id: str | None) -> Path:
+        """Where a stage that starts from ``node_id`` (None: the base model) reads its weights:
+        the node's run's artifact store, fetched into the session folder when it is remote.
+        A node recorded before checkpoints were artifacts has it in the session folder."""
+        if node_id is None:
+            return self.template.base_model_dir(self.workspace.path)
+        node, cache = self.tree.nodes[node_id], self.node_dir(node_id) / "checkpoint"
+        if node.checkpoint == DELETED:
+            raise CheckpointError(f"{node_id}'s checkpoint was deleted by retention (--keep-checkpoints)")
+        if node.checkpoint != STORED:
+            return cache
+        return self.tracker.checkpoints.fetch(node.mlflow_run_id, cache)
+
+    def checkpoint_address(self, node_id: str | None) -> str | Path:
+        """Where a stage elsewhere fetches its start: the artifact store's URI of a stored
+        checkpoint; else (the base model, a checkpoint of an older record) a local folder."""
+        node = self.tree.nodes[node_id] if node_id is not None else None
+        if node is not None and node.checkpoint == STORED:
+            return self.tracker.checkpoints.uri(node.mlflow_run_id)
+        return self.checkpoint(node_id)
+
     # -- from proposal to a running stage -------------------------------------------------------
 
     def create(self, proposal: Proposal, decision: Decision | None) -> Node:
@@ -78,6 +101,9 @@ class StageLifecycle:
             decision=decision,
         )
         faults.point("node_committed")
+        if node.edited:
+            self.parts.files.save_workspace(self.workspace.path)  # its commit is in MLflow before its run is
+        self.parts.files.save_search_state()  # so is the trial it names
         self.tree.add(node)
         self.open_run(node)
         faults.point("node_recorded")
@@ -110,11 +136,12 @@ class StageLifecycle:
         if usage := self.parts.proposer.usage():
             self.tracker.log_metrics(self.session_run_id, usage, step=len(self.tree.nodes))
 
-    def spec(self, node: Node) -> TrialSpec:
-        """What train.py is told: where to start and write, the values, its steps, seed and time."""
+    def spec(self, node: Node, fetched_elsewhere: bool = False) -> TrialSpec:
+        """What train.py is told: where to start and write, the values, its steps, seed and time.
+        ``fetched_elsewhere``: the stage runs where it fetches its parent's checkpoint itself (a
+        Ray job), so the start is the checkpoint's address in the artifact store."""
         node_dir = self.node_dir(node.id)
-        start = (self.node_dir(node.parent) / "checkpoint" if node.parent
-                 else self.template.base_model_dir(self.workspace.path))
+        start = self.checkpoint_address(node.parent) if fetched_elsewhere else self.checkpoint(node.parent)
         spec = TrialSpec(
             node_id=node.id,
             init_checkpoint=str(start),
@@ -226,8 +253,32 @@ class StageLifecycle:
         self.tracker.log_metrics(run_id, records.node_metrics(node))
         (node_dir / "train_py.diff").write_text(self.workspace.diff_from_template(node.commit))
         self.tracker.log_artifacts(run_id, [node_dir / name for name in STAGE_ARTIFACTS])
+        self.keep_checkpoint(node, outcome)
         self.tracker.set_tags(run_id, records.node_tags(node))
         self.tracker.end_node(run_id, failed=node.status == Status.FAILED)
+        self.parts.files.save_search_state()
+
+    def delete_checkpoint(self, node: Node) -> None:
+        """Delete a node's checkpoint (retention), recording it first: a kill in between leaves
+        a checkpoint no record points at, never a record pointing at nothing."""
+        if node.checkpoint != DELETED:
+            node.checkpoint = DELETED
+            self.tracker.set_tags(node.mlflow_run_id, records.node_tags(node))
+        self.tracker.checkpoints.delete(node.mlflow_run_id, self.node_dir(node.id) / "checkpoint")
+
+    def keep_checkpoint(self, node: Node, outcome: StageOutcome) -> None:
+        """A scored stage's checkpoint goes to its run's artifacts before its record says so
+        (a Ray job put it there itself); a failed stage's is dropped: no stage can start from it."""
+        folder = self.node_dir(node.id) / "checkpoint"
+        if node.scored and outcome.checkpoint_stored:
+            node.checkpoint = STORED
+        elif node.scored and (folder / "config.json").is_file():
+            self.tracker.checkpoints.save(node.mlflow_run_id, folder)
+            node.checkpoint = STORED
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            if outcome.checkpoint_stored:
+                self.tracker.checkpoints.delete(node.mlflow_run_id, folder)
 
 
 def eval_timing(result: EvalResult) -> dict[str, float]:

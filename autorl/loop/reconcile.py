@@ -35,7 +35,7 @@ def in_flight(tree: Tree, executor: Executor, stages: StageLifecycle, observer: 
     decided after the one before it has run)."""
     for node in [n for n in tree.nodes.values() if n.status in (Status.RUNNING, Status.INTERRUPTED)]:
         node_dir = stages.node_dir(node.id)
-        if job := executor.outlived_stop(node.id, node.attempt, node_dir):
+        if job := executor.outlived_stop(node.id, node.attempt, node.mlflow_run_id):
             observer.message(f"{node.id}: its Ray job {job} outlived the stop; following it")
             yield Carry(node, follow=True)
         elif (finished := executor.finished_outcome(node_dir)) is not None:

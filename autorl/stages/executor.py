@@ -35,20 +35,23 @@ class Executor(Protocol):
     """What the controller asks of wherever stages run."""
 
     evaluator: FrozenEvaluator
+    fetches_checkpoints: bool  # a stage fetches its parent's checkpoint from the store itself
 
     def open(self) -> None: ...
     def close(self) -> None: ...
     def slot_count(self, parallel: int) -> int: ...
     def describe(self, slots: int, parallel: int) -> list[str]: ...
-    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks) -> StageWork: ...
+    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks, run_id: str) -> StageWork: ...
     def score(self, outcome: StageOutcome, node_dir: Path, hooks: StageHooks) -> StageWork: ...
     def finished_outcome(self, node_dir: Path) -> StageOutcome | None: ...
-    def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> str | None: ...
+    def outlived_stop(self, node_id: str, attempt: int, run_id: str) -> str | None: ...
 
 
 class LocalStages:
     """Trains each stage in this machine's sandbox (through the warm worker when there is
     one), then scores its checkpoint with the frozen evaluator."""
+
+    fetches_checkpoints = False
 
     def __init__(self, runner: StageRunner, evaluator: FrozenEvaluator, worker_plan: WorkerPlan | None = None):
         self.runner = runner
@@ -77,7 +80,7 @@ class LocalStages:
             lines.append(f"up to {slots} stages at once{capped}" + (f", {cpus:g} CPUs each" if cpus else ""))
         return lines
 
-    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks) -> StageWork:
+    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks, run_id: str) -> StageWork:
         """Train the stage, then score it on validation."""
         node_dir = Path(spec.output_dir)
         outcome = self.runner.run(spec, node_dir, on_step=hooks.on_step, should_stop=hooks.should_stop)
@@ -94,7 +97,7 @@ class LocalStages:
         """The outcome of a stage that ran to its end before the controller stopped."""
         return self.runner.finished_outcome(node_dir)
 
-    def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> str | None:
+    def outlived_stop(self, node_id: str, attempt: int, run_id: str) -> str | None:
         """What still runs a node's stage after the controller stopped: nothing, here."""
         return None
 
@@ -103,10 +106,16 @@ class RayExecutor(LocalStages):
     """Trains and scores each stage as a job on a Ray cluster; a stage left trained by a
     stop, the base model and the test split are scored here."""
 
+    fetches_checkpoints = True
+
     def __init__(self, runner: StageRunner, evaluator: FrozenEvaluator, ray: RayStages,
                  worker_plan: WorkerPlan | None = None):
         super().__init__(runner, evaluator, worker_plan)
         self.ray = ray
+
+    def close(self) -> None:
+        super().close()
+        self.ray.close()
 
     def slot_count(self, parallel: int) -> int:
         return parallel  # the cluster places jobs on its GPUs
@@ -115,12 +124,12 @@ class RayExecutor(LocalStages):
         sandbox, *rest = super().describe(slots, parallel)
         return [sandbox, self.ray.describe(), *rest]
 
-    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks) -> StageWork:
-        work = self.ray.run(attempt, spec, hooks.on_step, should_stop=hooks.should_stop)
+    def run(self, attempt: int, spec: TrialSpec, hooks: StageHooks, run_id: str) -> StageWork:
+        work = self.ray.run(attempt, spec, run_id, hooks.on_step, should_stop=hooks.should_stop)
         faults.point("trained")
         return work
 
-    def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> str | None:
+    def outlived_stop(self, node_id: str, attempt: int, run_id: str) -> str | None:
         """The node's Ray job, when it still runs (or ran to its end) after the stop."""
-        return self.ray.submission_id(node_id, attempt) if self.ray.outlived_stop(node_id, attempt, node_dir) else None
+        return self.ray.submission_id(node_id, attempt) if self.ray.outlived_stop(node_id, attempt, run_id) else None
 

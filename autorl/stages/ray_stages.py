@@ -9,12 +9,14 @@ and follows it instead of training the stage again. Ray jobs outlive their submi
 ``Ctrl-C`` stops them.
 
 The nodes share no folder with the controller or each other: a stage's inputs (the
-session's workspace, the parent checkpoint, its train.py) and outputs (its node folder)
-cross the cluster through the session's stash in Ray's object store (``ray_files.py``),
-its steps as lines the controller reads while it trains. Each node needs the same Python
-environment at the same path. A job whose node is lost mid-stage is submitted again
-(``-r1``, ``-r2``: another node takes it); a stage's files arrive once, whichever job
-made them.
+session's workspace, the parent checkpoint, its task) and outputs (its checkpoint, logs,
+result) cross the cluster through the session's MLflow artifact store (``job_files.py``),
+its steps as a file the job uploads as it grows and the controller reads while it trains.
+Nothing of a session is put in Ray's object store. Each node needs the same Python
+environment at the same path, and a way to the artifact store (a tracking server's
+artifact root, S3, GCS, Azure). A job whose node is lost mid-stage is submitted again
+(``-r1``, ``-r2``: another node takes it); only a job's result file makes what it sent a
+result, so a lost job's half-sent files are never taken.
 
 Without ``--ray-address`` autorl uses the Ray head on this machine (``autorl server up
 --ray`` starts one), starting it when none answers.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -37,6 +40,7 @@ from typing import Callable
 from autorl.analysis.curves import read_records
 from autorl.errors import ConfigError, SessionError
 from autorl.stages import remote_stage
+from autorl.stages.job_files import COMPLETE, RunFiles, whole_lines
 from autorl.stages.spec import TrialSpec
 from autorl.stages.stage import StageOutcome, StageWork
 
@@ -44,6 +48,8 @@ LOCAL_ADDRESS = "http://127.0.0.1:8265"
 HEAD_PORT = 6380
 GCS_PORT = 6379  # Ray's default for a head started elsewhere
 POLL_S = 0.2
+METRICS_POLL_S = 1.0  # how often the controller reads a running job's uploaded steps
+PENDING_CHECK_S = 30.0  # a job pending this long is checked: can any live node still host it?
 START_TIMEOUT_S = 120.0
 # a loopback head must stay on 127.0.0.1, and auth must be said explicitly on every side
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -116,33 +122,39 @@ MAX_NODE_RETRIES = 2  # a stage whose node was lost trains again elsewhere, this
 
 
 class RayStages:
-    """Submits stages to a Ray cluster, ships their files through the session's stash and
-    follows them until they end."""
+    """Submits stages to a Ray cluster, their files through the session's artifact store
+    (``job_files.py``), and follows them until they end."""
 
     def __init__(self, address: str | None, session_key: str, session_task: dict, session_dir: Path,
-                 cpus: float = 1.0, want_gpu: bool = True,
-                 notify: Callable[[str], None] = lambda text: None):
+                 tracking_uri: str, artifact_uri: Callable[[str], str], session_run_id: str,
+                 cpus: float = 1.0, want_gpu: bool = True, notify: Callable[[str], None] = lambda text: None):
         ray_environment()
         from ray.job_submission import JobSubmissionClient
 
-        from autorl.stages import ray_files
-
         self.address = reach(address)
         self.client = JobSubmissionClient(self.address)
-        join_cluster(self.address)
-        self.stash = ray_files.open_stash(session_key)
         self.session_key = session_key
-        self.session_task = {**session_task,
-                             "workspace_key": f"workspace/{session_task['workspace_digest']}"}
+        self.tracking_uri = tracking_uri
+        self.artifact_uri = artifact_uri
+        self.session_files = RunFiles(artifact_uri(session_run_id), tracking_uri)
+        self.session_task = {**session_task, "session_key": session_key,
+                             "session_artifacts": self.session_files.artifact_uri}
         self.session_dir = session_dir
         self.cpus = cpus
         self.gpus = 1 if want_gpu and cluster_gpus(self.address) else 0
         self.notify = notify
+        if self.address != LOCAL_ADDRESS and local_folder(self.session_files.artifact_uri):
+            notify(f"the session's artifact store is a folder on this machine ({self.session_files.artifact_uri}): "
+                   "Ray nodes elsewhere reach it only where they mount it at the same path; a cluster wants a "
+                   "tracking server whose artifact root every node reaches (`autorl server up`, --tracking-uri)")
 
     def describe(self) -> str:
         gpu = f", {self.gpus} GPU" if self.gpus else ""
         return (f"stages run as Ray jobs on {self.address} ({self.cpus:g} CPU{gpu} each; files through the "
-                "cluster's object store)")
+                "session's artifact store)")
+
+    def close(self) -> None:
+        """Nothing of the session is in the cluster's object store: nothing to free."""
 
     def submission_id(self, node_id: str, attempt: int, retry: int = 0) -> str:
         return f"autorl-{self.session_key}-{node_id}-a{attempt}" + (f"-r{retry}" if retry else "")
@@ -168,12 +180,13 @@ class RayStages:
             raise SessionError(f"the Ray cluster at {self.address} stopped answering ({type(exc).__name__}); its "
                                "jobs may still be running: `autorl resume` follows them once it answers") from exc
 
-    def run(self, attempt: int, spec: TrialSpec, on_step: Callable[[dict], None],
+    def run(self, attempt: int, spec: TrialSpec, run_id: str, on_step: Callable[[dict], None],
             should_stop: Callable[[], bool]) -> StageWork:
         """Submit the stage (unless its job already exists: then follow it) and wait for its
         result. A job whose node was lost is submitted again (another node takes it); a job
         that ended without a result for another reason fails the stage."""
         Path(spec.output_dir).mkdir(parents=True, exist_ok=True)  # the controller's folder of the node
+        files = RunFiles(self.artifact_uri(run_id), self.tracking_uri)
         retry, state = self.latest(spec.node_id, attempt)
         if state is None and (missing := self.unplaceable()) is not None:
             return StageWork(StageOutcome(None, reason=missing))
@@ -181,8 +194,8 @@ class RayStages:
         while True:
             job = self.submission_id(spec.node_id, attempt, retry)
             if state is None:
-                self.submit(job, spec)
-            work = self.follow(job, Path(spec.output_dir), on_step, should_stop)
+                self.submit(job, spec, files)
+            work = self.follow(job, files, Path(spec.output_dir), on_step, should_stop)
             if work is not None:
                 return self.noted(work, lost)
             node = self.lost_node(job)
@@ -190,6 +203,8 @@ class RayStages:
                 return StageWork(StageOutcome(None, reason="its Ray job ended without a result (stopped, or its "
                                                            f"node was lost); see the job's log: {self.log_tail(job)}"))
             lost.append(node)
+            if (missing := self.unplaceable()) is not None:  # the node lost was the only one that could host it
+                return StageWork(StageOutcome(None, reason=f"Ray node {node[:8]} was lost mid-stage and {missing}"))
             self.notify(f"{spec.node_id}: Ray node {node[:8]} was lost mid-stage: the stage trains again on another "
                         "node")
             retry, state = retry + 1, None
@@ -215,35 +230,30 @@ class RayStages:
             result.worker += f"; retried after node loss ({len(lost)})"
         return work
 
-    def outlived_stop(self, node_id: str, attempt: int, node_dir: Path) -> bool:
+    def outlived_stop(self, node_id: str, attempt: int, run_id: str) -> bool:
         """Whether the node's stage still runs as a Ray job, or ran to its end, after the
         controller stopped: then a resume follows the job instead of training again."""
-        from autorl.stages import ray_files
-
         retry, state = self.latest(node_id, attempt)
         job = self.submission_id(node_id, attempt, retry)
         return state in ("PENDING", "RUNNING") or (
-            state == "SUCCEEDED" and ray_files.has_blob(self.stash, f"{job}/out"))
+            state == "SUCCEEDED" and RunFiles(self.artifact_uri(run_id), self.tracking_uri).exists(
+                f"jobs/{job}/{remote_stage.RESULT_FILE}"))
 
-    def submit(self, job: str, spec: TrialSpec) -> None:
-        """Put the stage's inputs in the stash (the workspace once per session) and start its job."""
-        from autorl.stages import ray_files
-
+    def submit(self, job: str, spec: TrialSpec, files: RunFiles) -> None:
+        """Put the stage's task in its run's artifacts (the workspace once per session in the
+        session run's) and start its job."""
         workspace = Path(self.session_task["workspace"])
+        self.share_workspace(workspace)
         # the controller checks the node's train.py out before it starts the stage, and
         # starts a stage with another train.py only once the running ones have ended
+        spec = self.addressable(spec, files, job)
         task = remote_stage.stage_task(self.session_task, spec, (workspace / "train.py").read_text(),
                                        self.session_dir)
-        key = self.session_task["workspace_key"]
-        if not ray_files.has_blob(self.stash, key):
-            ray_files.put_blob(self.stash, key, ray_files.pack({".": workspace}, skip=remote_stage.NOT_SHIPPED))
-        self.stash.drop.remote(f"{job}/")  # what an earlier submission of the same id left
-        if "shipped" in task["start"]:
-            ray_files.put_blob(self.stash, f"{job}/parent", ray_files.pack({".": Path(spec.init_checkpoint)}))
-        ray_files.put_blob(self.stash, f"{job}/task", json.dumps(task).encode())
+        files.delete(f"jobs/{job}")  # what an earlier submission of the same id left
+        files.put_text(json.dumps(task), f"jobs/{job}/task.json")
         self.client.submit_job(
-            entrypoint=f"{sys.executable} -m autorl.stages.remote_stage {ray_files.stash_name(self.session_key)} "
-                       f"{job}",
+            entrypoint=shlex.join([sys.executable, "-m", "autorl.stages.remote_stage", self.tracking_uri,
+                                   files.artifact_uri, job]),
             submission_id=job,
             entrypoint_num_cpus=self.cpus,
             entrypoint_num_gpus=self.gpus or None,
@@ -251,41 +261,75 @@ class RayStages:
             metadata={"autorl.session": self.session_key},
         )
 
-    def follow(self, job: str, node_dir: Path, on_step: Callable[[dict], None],
+    def share_workspace(self, workspace: Path) -> None:
+        """The session's workspace (frozen env, base model, data) in the session run's
+        artifacts, once per session; a node fetches it once."""
+        folder = f"stage_workspace/{self.session_task['workspace_digest']}"
+        if not self.session_files.exists(f"{folder}/{COMPLETE}"):
+            self.session_files.put_folder(workspace, folder, skip=remote_stage.NOT_SHIPPED)
+
+    def addressable(self, spec: TrialSpec, files: RunFiles, job: str) -> TrialSpec:
+        """A start a node can fetch: the base model (in the workspace every node has) or an
+        artifact store's address; a checkpoint of an older record, in the session folder
+        rather than the store, is sent beside the task first."""
+        start, workspace = spec.init_checkpoint, Path(self.session_task["workspace"])
+        if remote_stage.is_address(start) or Path(start).is_relative_to(workspace):
+            return spec
+        files.repository.log_artifacts(start, f"jobs/{job}/parent")
+        return spec.model_copy(update={"init_checkpoint": files.uri(f"jobs/{job}/parent")})
+
+    def follow(self, job: str, files: RunFiles, node_dir: Path, on_step: Callable[[dict], None],
                should_stop: Callable[[], bool]) -> StageWork | None:
-        """Hear the job's steps until it ends; then take its node folder from the stash."""
-        import ray
-
-        from autorl.stages import ray_files
-
+        """Hear the job's steps until it ends; then take its result from the artifact store."""
         heard, mirror = 0, node_dir / "metrics.jsonl"
         mirror.unlink(missing_ok=True)  # this job's steps only: a lost job's are not the stage's
+        pending_since, read_at = time.monotonic(), 0.0
         while True:
             if should_stop():
                 self.stop(job)
                 raise KeyboardInterrupt
-            lines = ray.get(self.stash.read.remote(f"{job}/metrics", heard))
-            heard += len(lines)
-            if lines:  # mirrored where a local stage writes them, for whoever tails the node's folder
-                with mirror.open("a") as handle:
-                    handle.write("".join(line + "\n" for line in lines))
-            for line in lines:
-                on_step(json.loads(line))
             state = self.status(job)
-            if state in TERMINAL or state is None:
+            ended = state in TERMINAL or state is None
+            if ended or time.monotonic() - read_at >= METRICS_POLL_S:
+                heard += self.hear(files, job, heard, mirror, on_step)
+                read_at = time.monotonic()
+            if ended:
                 break
+            if state != "PENDING":
+                pending_since = time.monotonic()
+            elif time.monotonic() - pending_since > PENDING_CHECK_S:
+                if (missing := self.unplaceable()) is not None:  # nodes left since it was submitted
+                    self.stop(job)
+                    return StageWork(StageOutcome(None, reason=f"its Ray job waited to be placed and {missing}"))
+                pending_since = time.monotonic()
             time.sleep(POLL_S)
-        blob = ray_files.get_blob(self.stash, f"{job}/out")
-        if blob is None:
+        return self.take_result(job, files, node_dir, state)
+
+    @staticmethod
+    def hear(files: RunFiles, job: str, heard: int, mirror: Path, on_step: Callable[[dict], None]) -> int:
+        """The steps the job has uploaded since the ``heard`` first; how many were new."""
+        lines = whole_lines(files.get_text(f"jobs/{job}/metrics.jsonl"))[heard:]
+        if lines:  # mirrored where a local stage writes them, for whoever tails the node's folder
+            with mirror.open("a") as handle:
+                handle.write("".join(line + "\n" for line in lines))
+        for line in lines:
+            on_step(json.loads(line))
+        return len(lines)
+
+    def take_result(self, job: str, files: RunFiles, node_dir: Path, state: str | None) -> StageWork | None:
+        """The job's node folder, once its result file says it is whole (None: it has none)."""
+        text = files.get_text(f"jobs/{job}/{remote_stage.RESULT_FILE}")
+        scratch = node_dir.with_name(node_dir.name + ".job")
+        if text is None or not files.get_folder(f"jobs/{job}/out", scratch):
             self.notify(f"Ray job {job} ended {state or 'unknown'} without a result: {self.log_tail(job)}")
             return None
-        for stale in ("checkpoint", "metrics.jsonl", remote_stage.RESULT_FILE):
-            path = node_dir / stale
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
-        ray_files.unpack(blob, node_dir)
-        self.stash.drop.remote(f"{job}/")
-        data = json.loads((node_dir / remote_stage.RESULT_FILE).read_text())
-        work = remote_stage.decode(data, read_records(node_dir / "metrics.jsonl"), node_dir)
+        for entry in scratch.iterdir():
+            target = node_dir / entry.name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            entry.rename(target)
+        shutil.rmtree(scratch, ignore_errors=True)
+        (node_dir / remote_stage.RESULT_FILE).write_text(text)
+        work = remote_stage.decode(json.loads(text), read_records(node_dir / "metrics.jsonl"), node_dir)
         node = self.job_node(job)
         if work.outcome.result is not None and node:
             work.outcome.result.worker = f"{work.outcome.result.worker} on Ray node {node[:8]}"
@@ -320,25 +364,9 @@ class RayStages:
             return "no log"
 
 
-def join_cluster(dashboard: str) -> None:
-    """Connect this process to the cluster as a Ray driver (the stash lives in its object
-    store): at ``RAY_ADDRESS`` when it names the head's GCS (``host:port``), else at the
-    dashboard's host on Ray's default port (this machine's head: its own port)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    given = os.environ.get("RAY_ADDRESS", "")
-    if given and not given.startswith(("http://", "https://", "ray://")):
-        gcs = given
-    else:
-        host = urllib.parse.urlparse(dashboard).hostname or "127.0.0.1"
-        gcs = f"{host}:{HEAD_PORT if dashboard == LOCAL_ADDRESS else GCS_PORT}"
-    try:
-        ray.init(address=gcs, namespace="autorl", log_to_driver=False, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"could not join the Ray cluster at {gcs} ({exc}); set RAY_ADDRESS to its head's "
-                          "host:port") from exc
+def local_folder(artifact_uri: str) -> bool:
+    """Whether an artifact URI is a folder of this machine's (``file:``, or a bare path)."""
+    return artifact_uri.startswith(("file:", "/"))
 
 
 def alive_resources(address: str) -> list[dict] | None:

@@ -1,11 +1,11 @@
 """One stage on a cluster node: train, then score on validation, as the local controller would.
 
-``python -m autorl.stages.remote_stage STASH KEY`` is what a Ray job runs
-(``autorl/stages/ray_stages.py``). The node shares no folder with the controller: the job
-takes its task, the session's workspace (once per node) and the parent checkpoint from
-the session's stash in Ray's object store (``autorl/stages/ray_files.py``), works in a
-folder of its own node, sends each training step back as it is logged, and puts its
-whole node folder (checkpoint, metrics, logs, ``stage_result.json``) back in the stash.
+``python -m autorl.stages.remote_stage TRACKING_URI ARTIFACT_URI JOB`` is what a Ray job
+runs (``autorl/stages/ray_stages.py``). The node shares no folder with the controller: the
+job reads its task from its node run's artifacts, the session's workspace (once per node)
+and the parent checkpoint from the session's artifact store (``autorl/stages/job_files.py``),
+works in a folder of its own node, uploads its steps as they come, and at the end its
+checkpoint, its logs and evaluation, and last ``stage_result.json``.
 
 It uses the strongest sandbox tier the node supports (and, unless the session said
 ``--workers cold``, one warm worker for the job's two runs) and checks the frozen files
@@ -20,11 +20,13 @@ import json
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 from autorl.errors import CheckpointError, ContractError, FrozenFileError
 from autorl.stages.evaluate import EvalResult, FrozenEvaluator
 from autorl.stages.frozen import FrozenGuard
+from autorl.stages.job_files import RunFiles, download_uri, node_folder
 from autorl.stages.spec import TrialSpec
 from autorl.stages.stage import StageOutcome, StageRunner, StageWork, score_trained
 from sandbox import Limits, RunResult, WorkerPlan, choose_sandbox
@@ -49,11 +51,17 @@ def session_task(workspace: Path, frozen_hashes: Path, sandbox: str, limits: Lim
 
 def stage_task(session: dict, spec: TrialSpec, train_py: str, session_dir: Path) -> dict:
     """One stage's task: the spec, the train.py it runs, where its starting checkpoint comes
-    from (a path inside the workspace, or the parent's checkpoint shipped beside the task)."""
-    workspace, init = Path(session["workspace"]), Path(spec.init_checkpoint)
-    start = {"workspace": str(init.relative_to(workspace))} if init.is_relative_to(workspace) else {"shipped": True}
+    from (a path inside the workspace, or an address in the artifact store)."""
+    workspace, init = Path(session["workspace"]), spec.init_checkpoint
+    inside = not is_address(init) and Path(init).is_relative_to(workspace)
+    start = {"workspace": str(Path(init).relative_to(workspace))} if inside else {"address": init}
     return {**session, "spec": spec.model_dump(mode="json"), "train_py": train_py, "start": start,
             "session_dir": str(session_dir)}
+
+
+def is_address(location: str) -> bool:
+    """``s3://…``, ``file:///…``, ``mlflow-artifacts:/…``: an artifact store's, not a path."""
+    return ":" in location.split("/", 1)[0]
 
 
 # -- on the node --------------------------------------------------------------------------------
@@ -125,36 +133,89 @@ def run_stage(data: dict, workspace: Path, pristine: Path, init: Path, node_dir:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import ray
-
-    from autorl.stages import ray_files
-
-    stash_name, key = (argv or sys.argv[1:])[:2]
-    ray.init(namespace=ray_files.NAMESPACE, log_to_driver=False)  # the cluster this job runs on
-    stash = ray.get_actor(stash_name, namespace=ray_files.NAMESPACE)
-    data = json.loads(ray_files.get_blob(stash, f"{key}/task"))
-    root = ray_files.node_folder() / stash_name
-    folder = root / "stages" / key
+    tracking_uri, artifact_uri, job = (argv or sys.argv[1:])[:3]
+    files = RunFiles(artifact_uri, tracking_uri)
+    data = json.loads(files.get_text(f"jobs/{job}/task.json") or "null")
+    if data is None:
+        raise SystemExit(f"no task for job {job} at {files.uri('jobs')}: is the artifact store reachable from here?")
+    root = node_folder() / data["session_key"]
+    folder = root / "stages" / job
     shutil.rmtree(folder, ignore_errors=True)  # a job retried on this node starts clean
     folder.mkdir(parents=True)
-    cache = cached_workspace(lambda dest: ray_files.unpack(ray_files.get_blob(stash, data["workspace_key"]), dest),
-                             root, data["workspace_digest"])
+    session = RunFiles(data["session_artifacts"], tracking_uri)
+    cache = cached_workspace(lambda dest: fetch_workspace(session, data["workspace_digest"], dest), root,
+                             data["workspace_digest"])
     workspace = stage_workspace(cache, folder, data["train_py"])
-    if "workspace" in data["start"]:
-        init = workspace / data["start"]["workspace"]
-    else:
-        ray_files.unpack(ray_files.get_blob(stash, f"{key}/parent"), folder / "parent")
-        init = folder / "parent"
+    init = start_checkpoint(data, workspace, folder, tracking_uri)
     node_dir = folder / data["spec"]["node_id"]  # as the controller names it (nodes/<id>)
-
-    def on_step(record: dict) -> None:
-        stash.append.remote(f"{key}/metrics", [json.dumps(record)])  # in order: one caller, one actor
-
-    work = run_stage(data, workspace, cache / "env", init, node_dir, on_step)
-    (node_dir / RESULT_FILE).write_text(json.dumps(encode(work, node_dir), indent=1))
-    ray_files.put_blob(stash, f"{key}/out", ray_files.pack({".": node_dir}, skip=("worker",)))
+    node_dir.mkdir()
+    with StepUploads(files, node_dir / "metrics.jsonl", f"jobs/{job}"):
+        work = run_stage(data, workspace, cache / "env", init, node_dir, on_step=lambda record: None)
+    send_result(files, job, work, node_dir)
     shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def fetch_workspace(session: RunFiles, digest: str, dest: Path) -> None:
+    if not session.get_folder(f"stage_workspace/{digest}", dest):
+        raise SystemExit(f"the session's workspace is not whole at {session.uri('stage_workspace')}")
+
+
+def start_checkpoint(data: dict, workspace: Path, folder: Path, tracking_uri: str) -> Path:
+    """The stage's starting weights on this node: the base model in the workspace, or the
+    parent's checkpoint fetched from the artifact store (file by file)."""
+    if "workspace" in data["start"]:
+        return workspace / data["start"]["workspace"]
+    try:
+        return download_uri(data["start"]["address"], folder / "parent", tracking_uri)
+    except Exception as exc:  # noqa: BLE001 - every store raises its own kinds
+        raise SystemExit(f"cannot fetch the parent checkpoint {data['start']['address']}: {exc}") from exc
+
+
+def send_result(files: RunFiles, job: str, work: StageWork, node_dir: Path) -> None:
+    """The checkpoint (when the stage was scored) to the node run's ``checkpoint/``, the node
+    folder's small files, and last the result file that makes them the stage's result."""
+    outcome, stored = work.outcome, False
+    if outcome.checkpoint and work.evaluation is not None and work.refusal is None:
+        files.delete("checkpoint")  # what a lost attempt of this stage may have left half-sent
+        files.repository.log_artifacts(str(outcome.checkpoint), "checkpoint")
+        stored = True
+    files.put_folder(node_dir, f"jobs/{job}/out", skip=("worker", "checkpoint"))
+    (node_dir / RESULT_FILE).write_text(json.dumps({**encode(work, node_dir), "checkpoint_stored": stored}, indent=1))
+    files.repository.log_artifact(str(node_dir / RESULT_FILE), f"jobs/{job}")
+
+
+class StepUploads:
+    """Uploads the stage's metrics file while it grows (every ``period`` seconds when it has
+    changed), and once more at the end: the controller hears the steps as they come."""
+
+    def __init__(self, files: RunFiles, path: Path, folder: str, period: float = 1.0):
+        self.files, self.path, self.folder, self.period = files, path, folder, period
+        self.done = threading.Event()
+        self.sent_size = -1
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def __enter__(self) -> StepUploads:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+        self.send()
+
+    def loop(self) -> None:
+        while not self.done.wait(self.period):
+            try:
+                self.send()
+            except Exception:  # noqa: BLE001 - a store that hiccups: the next upload (or the last) catches up
+                pass
+
+    def send(self) -> None:
+        size = self.path.stat().st_size if self.path.is_file() else -1
+        if size != self.sent_size and size >= 0:
+            self.files.repository.log_artifact(str(self.path), self.folder)
+            self.sent_size = size
 
 
 # -- the result file --------------------------------------------------------------------------
@@ -183,7 +244,7 @@ def decode(data: dict, records: list[dict], node_dir: Path) -> StageWork:
     result = RunResult(**{**run, "stdout_path": node_dir / run["stdout_path"],
                           "stderr_path": node_dir / run["stderr_path"]})
     outcome = StageOutcome(result, records, node_dir / data["checkpoint"] if data["checkpoint"] else None,
-                           data["reason"], data["timing"], data["breach"])
+                           data["reason"], data["timing"], data["breach"], data.get("checkpoint_stored", False))
     evaluation = None
     if data["evaluation"]:
         evaluation = EvalResult(**{**data["evaluation"], "path": node_dir / data["evaluation"]["path"]})

@@ -62,6 +62,7 @@ class StageOutcome:
     reason: str | None = None
     timing: dict[str, float] = field(default_factory=dict)
     breach: bool = False  # the failure breaks the template contract (the template's bug, not the proposal's)
+    checkpoint_stored: bool = False  # the checkpoint is in the node run's artifacts already (a Ray job put it)
 
     @property
     def ok(self) -> bool:

@@ -50,14 +50,17 @@ def preload_entry(script: Path, search_paths: list[Path]) -> dict:
             "names": {module: names for module, names in imports.items() if names}}
 
 
-def worker_plan(config: SessionConfig, template: Template, workspace: Path) -> WorkerPlan:
-    """Preload the template's imports; show each run the workspace and its own node folders."""
+def worker_plan(config: SessionConfig, template: Template, workspace: Path,
+                checkpoints: Path | None = None) -> WorkerPlan:
+    """Preload the template's imports; show each run the workspace and its own node folders
+    (and its parent's checkpoint in ``checkpoints``, a local artifact store)."""
     env = workspace / "env"
     return WorkerPlan(
         preload=[preload_entry(template.path / "train.py", [workspace]),
                  preload_entry(template.path / "env" / "evaluate.py", [env, workspace])],
         allowed_roots=[env],
-        hidden_roots=[config.session_dir / "nodes", config.session_dir / "base"],
+        hidden_roots=[config.session_dir / "nodes", config.session_dir / "base",
+                      *([checkpoints] if checkpoints else [])],
         visible=[workspace],
         watch=[env],
         home=config.session_dir / "worker",

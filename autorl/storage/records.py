@@ -14,7 +14,11 @@ Stored records are a format. Every run written from version 3 on carries
   workspace under ``autorl.template`` and ``autorl.workspace``.
 - version 2 (no version tag; the package regrouping): as version 1, but the session's
   keys were ``autorl.stages.template`` and ``autorl.stages.workspace``.
-- version 3 (this one): the node record in ``autorl.node``; the session keys of version 1.
+- version 3: the node record in ``autorl.node``; the session keys of version 1.
+- version 4 (this one): as version 3; a node's record says where its checkpoint is
+  (``checkpoint``: ``stored`` in its run's artifacts, ``deleted`` by retention). A node of
+  an earlier version has it in the session folder (``nodes/<id>/checkpoint``), and its
+  session's Optuna study is in the runs directory's shared journal.
 
 A node run that holds no record (its creation was cut short before version 3 wrote
 every tag at once) is not a node: readers skip it, and the node's next creation takes
@@ -32,7 +36,7 @@ from autorl.config import SessionConfig
 from autorl.errors import RecordError
 from search.tree import Comparison, Decision, Finding, Node, Status
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 VERSION_KEY = "autorl.record_version"
 NODE_KEY = "autorl.node"
 RENAMED_SESSION_KEYS = {"autorl.stages.template": "autorl.template",  # version 2 -> the others
@@ -76,6 +80,7 @@ def node_tags(node: Node) -> dict[str, str]:
         "autorl.kept": node.kept,
         "autorl.diagnosis": ",".join(f.name for f in node.diagnosis),  # names, for filtering in MLflow's UI
         "autorl.verdict": node.comparison.verdict if node.comparison else "",
+        "autorl.checkpoint": node.checkpoint,
     }
     if node.optuna_trial is not None:
         tags["autorl.optuna_trial"] = node.optuna_trial

@@ -13,6 +13,7 @@ from typing import Any
 from autorl.errors import SessionError
 from autorl.storage.lock import SessionLock
 from autorl.storage.records import nodes_from_runs, session_tags_of
+from autorl.storage.session_files import MEMORY_TAG
 from autorl.storage.tracking import Tracker
 from search.tree import Node
 
@@ -53,11 +54,14 @@ def session_summary(run) -> dict[str, Any]:
         "mlflow_run_id": run.info.run_id,
         "counters": {k: v for k, v in metrics.items() if k.startswith("llm_") or k in COUNTERS},
         "importance": json.loads(tags.get("autorl.importance") or "null"),
+        "memory": tags.get(MEMORY_TAG),  # what it read of earlier sessions on its template (None: before memory)
     }
 
 
 def resumable(run) -> tuple[bool, str]:
-    """Whether ``autorl resume`` can continue a session, and why (not)."""
+    """Whether ``autorl resume`` can continue a session, and why (not). Its folder is not
+    needed (resume rebuilds it from MLflow); a live controller is seen through the lock in
+    the folder it runs from."""
     tags = run.data.tags
     status = tags.get("autorl.status")
     if status == "finished":
@@ -65,12 +69,10 @@ def resumable(run) -> tuple[bool, str]:
     if "autorl.config" not in tags:
         return False, "made by an older autorl"
     session_dir = Path(json.loads(tags["autorl.config"])["runs_dir"]) / "sessions" / tags["autorl.session"]
-    if not session_dir.is_dir():
-        return False, f"session folder {session_dir} is gone"
-    if SessionLock(session_dir).held_elsewhere():
+    if session_dir.is_dir() and SessionLock(session_dir).held_elsewhere():
         return False, "running (a live controller holds it)"
     if status == "running":
-        return True, "controller died"
+        return True, "controller died" if session_dir.is_dir() else "controller died, or runs on another machine"
     if tags.get("autorl.resumable") == "no":
         return False, f"can never finish: {tags.get('autorl.reason', '')}"
     return True, f"{status}: {tags.get('autorl.reason', '')}".strip(": ")

@@ -13,6 +13,7 @@ it is created (and its schema migrated) once, before any trial starts.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -176,6 +177,7 @@ class Tracker:
         self._client = None
         self._experiment_id: str | None = None
         self._tracing_ready = False
+        self._checkpoints = None
 
     @classmethod
     def for_runs_dir(cls, runs_dir: Path, uri: str | None = None, create: bool = True) -> "Tracker":
@@ -200,6 +202,24 @@ class Tracker:
         return database.is_file() and not never_made(database)
 
     @property
+    def checkpoints(self):
+        """The node checkpoints in this store's artifact repositories (autorl/storage/checkpoints.py)."""
+        from autorl.storage.checkpoints import CheckpointStore
+
+        if self._checkpoints is None:
+            self._checkpoints = CheckpointStore(self.uri, self.client)
+        return self._checkpoints
+
+    def local_artifact_root(self) -> Path | None:
+        """The experiment's artifact folder when it is on this machine (trials must not see it)."""
+        from mlflow.utils.file_utils import local_file_uri_to_path
+
+        location = self.client.get_experiment(self.ensure_store()).artifact_location
+        if location.startswith("file:") or location.startswith("/"):
+            return Path(local_file_uri_to_path(location))
+        return None
+
+    @property
     def client(self):
         if self._client is None:
             import logging
@@ -207,6 +227,7 @@ class Tracker:
             from mlflow.tracking import MlflowClient
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)  # schema-migration chatter
+            os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per file fetched
 
             try:
                 self._client = RetryingClient(MlflowClient(tracking_uri=self.uri))
@@ -230,10 +251,11 @@ class Tracker:
             raise TrackingError(f"no tracking store at {database}; `autorl research` creates it")
         if database is not None and self.create:
             prepare_sqlite(self.uri, database)
+        served = self.uri.startswith(("http://", "https://"))  # a server keeps artifacts in its own root
         try:
             experiment = self.client.get_experiment_by_name(EXPERIMENT)
             if experiment is None:
-                location = self.artifact_root.resolve().as_uri() if self.artifact_root else None
+                location = self.artifact_root.resolve().as_uri() if self.artifact_root and not served else None
                 self._experiment_id = self.client.create_experiment(EXPERIMENT, artifact_location=location)
             else:
                 self._experiment_id = experiment.experiment_id

@@ -35,6 +35,8 @@ def summary_lines(data: dict) -> list[str]:
     lines = [f"**Topic:** {data.get('topic')}",
              f"**Template:** `{data.get('template')}` · **strategy:** `{data.get('strategy')}` · {spent}",
              f"**Status:** {data.get('status')} — {data.get('reason') or ''}"]
+    if data.get("memory"):
+        lines.append(f"**Memory:** {data['memory']}")
     if best:
         lines.append(f"**Winner:** {best['id']} ({' › '.join(['base', *best['path']])}): validation "
                      f"{fmt(best['val_score'])} ± {fmt(best['val_stderr'])}, test {fmt(best.get('test_score'))} "
@@ -141,7 +143,7 @@ def markdown_to_html(text: str, images: dict[str, Path | None], title: str) -> s
             f"<style>{STYLE}</style></head><body>\n{body}</body></html>\n")
 
 
-def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
+def write_report(data: dict, session_dir: Path, diff: str = "") -> dict[str, Path]:
     """Draw the figures and write report.md and report.html under ``session_dir/report``."""
     folder = session_dir / "report"
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,9 +155,6 @@ def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
         "gap": figures.val_test_gap(data, folder / "val_test.png"),
         "importance": figures.importance(data, folder / "importance.png"),
     }
-    best = data.get("best")
-    diff_file = session_dir / "nodes" / best["id"] / "train_py.diff" if best else None
-    diff = diff_file.read_text() if diff_file and diff_file.is_file() else ""
     markdown = build_markdown(data, images, diff)
     (folder / "report.md").write_text(markdown)
     (folder / "report.html").write_text(markdown_to_html(markdown, images, f"autorl session {data['name']}"))
@@ -163,9 +162,24 @@ def write_report(data: dict, session_dir: Path) -> dict[str, Path]:
             **{key: value for key, value in images.items() if value}}
 
 
-def report_session(tracker, name: str) -> dict[str, Path]:
-    """Write a session's report from the tracking store, log it to the session's run under
-    ``report/`` and put its summary in the run's description (what MLflow's UI shows first)."""
+def best_diff(tracker, data: dict) -> str:
+    """The best node's train.py diff, from its run's artifacts."""
+    import tempfile
+
+    best = data.get("best")
+    if not best:
+        return ""
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            return Path(tracker.client.download_artifacts(best["mlflow_run_id"], "train_py.diff", scratch)).read_text()
+        except Exception:  # noqa: BLE001 - a node recorded without one (a failed record) shows none
+            return ""
+
+
+def report_session(tracker, name: str, session_dir: Path) -> dict[str, Path]:
+    """Write a session's report from the tracking store into ``session_dir/report``, log it
+    to the session's run under ``report/`` and put its summary in the run's description
+    (what MLflow's UI shows first)."""
     from autorl.storage.records import stored_config
     from autorl.storage.report import show_session
 
@@ -175,7 +189,7 @@ def report_session(tracker, name: str) -> dict[str, Path]:
         from autorl.errors import SessionError
 
         raise SessionError(f"session {name!r} was made by an older autorl: no report")
-    paths = write_report(data, config.session_dir)
+    paths = write_report(data, session_dir, best_diff(tracker, data))
     tracker.log_artifacts(data["mlflow_run_id"], list(paths.values()), "report")
     tracker.set_tags(data["mlflow_run_id"], {"mlflow.note.content": "\n\n".join(summary_lines(data))})
     return paths

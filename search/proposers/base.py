@@ -63,6 +63,11 @@ class Proposer(Protocol):
     def usage(self) -> dict[str, float]:
         """Counters to log on the session run (LLM tokens, cost, dropped proposals); empty if none."""
 
+    def parents(self, tree: Tree) -> set[str] | None:
+        """The nodes a later proposal of this proposer may start from; None: those the tree
+        policy may still pick. A node outside it never again gets a child (its checkpoint
+        can go: autorl/loop/retention.py)."""
+
 
 class BaseProposer:
     """Defaults for proposers with no trials to fail, no state to rebuild and no usage."""
@@ -87,3 +92,6 @@ class BaseProposer:
 
     def usage(self) -> dict[str, float]:
         return {}
+
+    def parents(self, tree: Tree) -> set[str] | None:
+        return None

@@ -45,6 +45,12 @@ class GreedyProposer(BaseProposer):
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
         self.redraws += 1
 
+    def parents(self, tree: Tree) -> set[str]:
+        """The incumbent and, once it is at the depth limit, its parent (a node stops being
+        the incumbent only for a better one, and never becomes it again)."""
+        incumbent = tree.nodes.get(self.incumbent) if self.incumbent else None
+        return {n for n in (incumbent.id, incumbent.parent) if n} if incumbent else set()
+
     def restore(self, tree: Tree, session_metrics: dict[str, float]) -> None:
         """Rebuild the incumbent from a tree read back after a stop."""
         self.incumbent = None

@@ -278,6 +278,10 @@ class LLMProposer:
     def expandable(self, tree: Tree) -> list[str | None]:
         return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth)]
 
+    def parents(self, tree: Tree) -> set[str]:
+        """Any node it may extend: the model may pick another parent than the policy's."""
+        return {node_id for node_id in self.expandable(tree) if node_id is not None}
+
     # -- validation -----------------------------------------------------------------------
 
     def validate(self, content: str, tree: Tree, truncated: bool = False) -> Proposal:

@@ -102,6 +102,13 @@ class PbtProposer(BaseProposer):
     def withdraw_duplicate(self, proposal: Proposal, twin: Node, tree: Tree) -> None:
         self.redraws += 1
 
+    def parents(self, tree: Tree) -> set[str]:
+        """The stages of the last whole round and of the one in progress: a member continues,
+        or exploits, a stage of the round just before its own."""
+        ran = self.population_nodes(tree)
+        round_ = len(ran) // self.size
+        return {n.id for n in ran[max(0, round_ - 1) * self.size:]}
+
     def observe(self, tree: Tree, node: Node) -> None:
         self.redraws = 0
 

@@ -93,6 +93,10 @@ class ScheduleProposer(BaseProposer, ABC):
         self.pending = []
         self.finished(tree, twin)
 
+    def parents(self, tree: Tree) -> set[str]:
+        """The tip of the schedule in progress: a schedule only continues its own last stage."""
+        return {self.tip} if self.tip and self.pending else set()
+
     def observe(self, tree: Tree, node: Node) -> None:
         self.awaiting = False
         if node.scored and self.pending:

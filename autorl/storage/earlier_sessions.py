@@ -1,0 +1,126 @@
+"""Memory across sessions: what a new session reads of the earlier ones in its store.
+
+Two sessions ran the same task when their template's frozen files and ``space.toml`` hash
+the same (``template_fingerprint``); a session run carries its fingerprint as a tag, and
+one written before the tag existed has it computed from the two files it logged when it
+started. At its start a session (``--memory on``, the default) reads every earlier
+session with its fingerprint, from any strategy, and keeps what it read as ``memory.json``
+in its folder and in MLflow: the prompt section for the LLM, the stages that warm-start
+TPE, and which sessions they came from. A resume reads that file, never the store again,
+so a session finished after this one started does not change what this one knew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from autorl.storage.records import nodes_from_runs, session_tags_of
+from autorl.storage.session_files import MEMORY as MEMORY_FILE
+from autorl.storage.tracking import Tracker
+from search.earlier import EarlierSession, memory_text, memory_trials
+from search.space import SearchSpace
+from search.tree import Tree
+
+FINGERPRINT_TAG = "autorl.template_fingerprint"
+
+MEMORY_VERSION = 1
+
+
+def template_fingerprint(frozen_hashes: dict[str, str], space_toml: str) -> str:
+    """The same for two templates whose frozen files and search space are the same."""
+    digest = hashlib.sha256(json.dumps(frozen_hashes, sort_keys=True).encode())
+    digest.update(space_toml.encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class Memory:
+    """What a session read of the earlier ones (``mode`` off: nothing, by request)."""
+
+    mode: str = "off"
+    sessions: list[dict] = field(default_factory=list)  # name, strategy, stages
+    text: str = ""  # the LLM prompt's section
+    trials: list[dict] = field(default_factory=list)  # TPE's warm start (search/earlier.py: memory_trials)
+    version: int = MEMORY_VERSION
+
+    def summary(self) -> str:
+        """One line for `show`, the report and the first screen."""
+        if self.mode != "on":
+            return "off (--memory off): no earlier session read"
+        if not self.sessions:
+            return "on: no earlier session on this template in this store"
+        named = ", ".join(f"{s['name']} ({s['strategy']}, {s['stages']} stages)" for s in self.sessions)
+        return (f"read {len(self.sessions)} earlier session{'s' * (len(self.sessions) > 1)} on this template: {named}; "
+                f"{len(self.trials)} stages warm-start TPE")
+
+    def save(self, folder: Path) -> Path:
+        path = folder / MEMORY_FILE
+        path.write_text(json.dumps(asdict(self), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> "Memory":
+        """The session's memory; a session made before memory existed read nothing."""
+        path = folder / MEMORY_FILE
+        if not path.is_file():
+            return cls(mode="off")
+        data = json.loads(path.read_text())
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def read_memory(tracker: Tracker, fingerprint: str, space: SearchSpace, exclude_run_id: str) -> Memory:
+    """What the earlier sessions with ``fingerprint`` measured, oldest first."""
+    sessions = earlier_sessions(tracker, fingerprint, exclude_run_id)
+    return Memory(mode="on", sessions=[{"name": s.name, "strategy": s.strategy, "stages": s.stages} for s in sessions],
+                  text=memory_text(sessions, space), trials=memory_trials(sessions, space))
+
+
+def earlier_sessions(tracker: Tracker, fingerprint: str, exclude_run_id: str) -> list[EarlierSession]:
+    found = []
+    for run in reversed(tracker.sessions()):  # oldest first
+        if run.info.run_id == exclude_run_id or fingerprint_of(tracker, run) != fingerprint:
+            continue
+        session = earlier_session(tracker, run)
+        if session.stages:
+            found.append(session)
+    return found
+
+
+def fingerprint_of(tracker: Tracker, run) -> str | None:
+    """A session run's fingerprint: its tag, else from the files it logged at its start."""
+    if tag := run.data.tags.get(FINGERPRINT_TAG):
+        return tag
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            hashes = tracker.client.download_artifacts(run.info.run_id, "frozen_hashes.json", scratch)
+            space = tracker.client.download_artifacts(run.info.run_id, "space.toml", scratch)
+        except Exception:  # noqa: BLE001 - a session cut short before it logged them: not comparable
+            return None
+        return template_fingerprint(json.loads(Path(hashes).read_text()), Path(space).read_text())
+
+
+def earlier_session(tracker: Tracker, run) -> EarlierSession:
+    metrics, tags = run.data.metrics, session_tags_of(run)
+    tree = Tree(base_score=metrics.get("base_score"), base_stderr=metrics.get("base_stderr"))
+    for node in nodes_from_runs(tracker.node_runs(run.info.run_id)):
+        tree.add(node)
+    diffs = {}
+    for node in tree.nodes.values():
+        if node.edited and node.mlflow_run_id:
+            diffs[node.id] = edit_diff(tracker, node.mlflow_run_id)
+    return EarlierSession(name=tags.get("autorl.session", run.info.run_name or "?"),
+                          strategy=tags.get("autorl.strategy", "?"), tree=tree,
+                          test_score=metrics.get("best_test_score"), test_stderr=metrics.get("best_test_stderr"),
+                          diffs=diffs)
+
+
+def edit_diff(tracker: Tracker, run_id: str) -> str:
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            return Path(tracker.client.download_artifacts(run_id, "train_py.diff", scratch)).read_text()
+        except Exception:  # noqa: BLE001 - a stage that failed before its diff was logged
+            return ""
