@@ -273,7 +273,14 @@ def report(result: dict) -> str:
                   f"({move['save']['seconds']:.1f} s, peak RSS {move['save']['rss_mb_over_idle']} MB above idle) "
                   f"and fetched into an empty cache by another ({move['fetch']['seconds']:.1f} s, "
                   f"{move['fetch']['rss_mb_over_idle']} MB above idle; {move['fetched_mb']:.0f} MB arrived): "
-                  f"**rss_mb_over_idle {move['rss_mb_over_idle']}**.", ""]
+                  f"the controller's side peaks at {move['rss_mb_over_idle']} MB above idle.", ""]
+        if worker := move.get("ray_worker"):
+            lines += [f"On a Ray cluster (`benchmarks/results/cluster.json`), a job on node `{worker['job_node']}` "
+                      f"fetched a {worker['megabytes']:.0f} MB checkpoint from the store ({worker['fetch_seconds']} s, "
+                      f"{worker['fetch_rss_mb_over_idle']} MB above idle) and sent it back "
+                      f"({worker['send_seconds']} s, {worker['send_rss_mb_over_idle']} MB above idle).", ""]
+        lines += [f"Peak RSS above idle, controller and Ray worker: **rss_mb_over_idle {result['rss_mb_over_idle']}**.",
+                  ""]
     if model := result.get("model"):
         lines += ["## The winner as a registered model", "",
                   f"A `wordproblems` session (SmolLM2-135M-Instruct, `--train-steps {result['model_steps']}`, "
@@ -316,8 +323,22 @@ def main() -> int:
             result["model"] = measure_model(args, tmp)
             result["registered_model_loads"] = result["model"]["registered_model_loads"]
             save(result, args.out)
+    add_ray_worker(result)
+    save(result, args.out)
     print(args.out.with_suffix(".md").read_text())
     return 0
+
+
+def add_ray_worker(result: dict) -> None:
+    """The Ray side of the same move, as benchmarks/cluster.py measured it (a job on a worker
+    node fetching and sending a checkpoint of the same size through the session's store)."""
+    cluster = RESULTS / "cluster.json"
+    moved = json.loads(cluster.read_text()).get("checkpoint_move") if cluster.is_file() else None
+    if not moved or "checkpoint" not in result:
+        return
+    worker = max(moved["fetch_rss_mb_over_idle"], moved["send_rss_mb_over_idle"])
+    result["checkpoint"]["ray_worker"] = {**moved, "rss_mb_over_idle": worker, "from": "cluster.json"}
+    result["rss_mb_over_idle"] = max(result["checkpoint"]["rss_mb_over_idle"], worker)
 
 
 def measure_on_server(args, tmp: Path, result: dict) -> None:
