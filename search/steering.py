@@ -26,6 +26,7 @@ RULES: dict[str, dict[str, str]] = {
     "length_truncation": {"completion_length": "up"},
     "length_explosion": {"completion_length": "down"},
     "grad_norm_spikes": {"learning_rate": "down"},
+    "grad_clipping": {},  # information for reading comparisons, not a fault to steer away from
     "non_finite": {"learning_rate": "down"},
     "reward_collapse": {"learning_rate": "down"},
     "reward_plateau": {"learning_rate": "up", "steps": "up"},

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+from conftest import REPO
 
 from autorl.analysis.diagnose import diagnose
 from autorl.analysis.noise import paired_comparison
@@ -17,7 +18,7 @@ def stream(n=20, **curves):
         "frac_reward_zero_std": lambda i: 0.2,
         "completions/mean_length": lambda i: 7.0,
         "completions/clipped_ratio": lambda i: 0.0,
-        "grad_norm": lambda i: 1.0 + 0.05 * (i % 3),
+        "grad_norm": lambda i: 0.5 + 0.05 * (i % 3),
         "loss": lambda i: 0.01,
     }
     healthy.update(curves)
@@ -49,6 +50,7 @@ def test_missing_keys_are_tolerated():
     ({"completions/mean_length": lambda i: 7.0 + 2 * i}, "length_explosion"),
     ({"loss": lambda i: math.nan if i == 5 else 0.01}, "non_finite"),
     ({"grad_norm": lambda i: 500.0 if i == 12 else 1.0}, "grad_norm_spikes"),
+    ({"grad_norm": lambda i: 1.4 + 0.1 * (i % 3)}, "grad_clipping"),
     ({"reward": lambda i: 0.7 if i < 10 else 0.1}, "reward_collapse"),
 ])
 def test_each_pathology_is_named(curves, expected):
@@ -214,3 +216,46 @@ def test_a_curve_summary_shows_means_by_quarter_where_a_slope_would_contradict_i
                     "min 0.74, max 0.99)")
     three = curves_text(summarise_curves([{"step": i + 1, "kl": v} for i, v in enumerate([0.0, 0.1, 0.2])]))
     assert three.startswith("- kl: mean by third 0 → 0.1 → 0.2")
+
+
+def test_grad_norm_spikes_are_found_against_the_stage_s_own_median_and_spread():
+    typical = [1.8, 2.2, 2.0, 2.4, 1.9, 2.1, 2.3, 1.7, 2.0, 2.2, 10.5, 2.1, 1.9, 10.8, 2.0, 2.2]
+    found = {f.name: f for f in diagnose(stream(n=16, grad_norm=typical.__getitem__))}
+    assert "2 grad-norm spikes (10.5 at step 11, 10.8 at step 14)" in found["grad_norm_spikes"].evidence
+    wandering = [1.0, 3.0, 1.5, 4.0, 0.8, 2.5, 3.5, 1.2, 4.2, 0.9, 2.8, 3.9]  # wide, but no step stands out
+    assert "grad_norm_spikes" not in names(stream(n=12, grad_norm=wandering.__getitem__))
+
+
+def test_clipping_is_judged_against_the_clip_the_stage_logged():
+    clipped = {f.name: f for f in diagnose(stream(grad_norm=lambda i: 1.5))}
+    assert "max_grad_norm = 1 (TRL's default; the stage did not log its own) on 100% of steps" in \
+        clipped["grad_clipping"].evidence
+    looser = [{**r, "max_grad_norm": 2.0} for r in stream(grad_norm=lambda i: 1.5)]
+    assert "grad_clipping" not in [f.name for f in diagnose(looser)]
+
+
+def test_a_flat_tail_on_a_stage_that_gained_is_no_plateau_and_a_decayed_rate_is_named():
+    parent = items([1] * 500 + [0] * 500)
+    flat = stream(reward=lambda i: 0.6, learning_rate=lambda i: 1e-4 * (1 - i / 20))
+    assert "reward_plateau" not in names(flat, paired_comparison(items([1] * 700 + [0] * 300), parent))
+    found = {f.name: f for f in diagnose(flat, paired_comparison(parent, parent))}
+    assert "the learning rate decayed from 0.0001 to 5e-06" in found["reward_plateau"].evidence
+    assert "higher learning rate only where a sibling at a higher rate did better" in \
+        found["reward_plateau"].suggestion
+
+
+def test_advice_names_only_moves_the_space_has_left():
+    from autorl.analysis.advice import fit_to_space
+    from search.space import SearchSpace
+
+    space = SearchSpace.from_toml(REPO / "templates" / "digitsort" / "space.toml")
+    values = {**space.defaults(), "num_generations": 16, "max_completion_length": max(
+        space.params["max_completion_length"].choices)}
+    found = diagnose(stream(frac_reward_zero_std=lambda i: 0.95, **{"completions/clipped_ratio": lambda i: 0.8}))
+    fitted = {f.name: f.suggestion for f in fit_to_space(found, space, values, eval_token_cap=12)}
+    assert fitted["zero_variance_groups"] == "num_generations is already at its largest (16): raise temperature"
+    assert fitted["length_truncation"].startswith(f"max_completion_length is already at its largest "
+                                                  f"({values['max_completion_length']}); the evaluator generates "
+                                                  "at most 12 tokens ([eval] max_new_tokens)")
+    roomy = {f.name: f.suggestion for f in fit_to_space(found, space, space.defaults(), eval_token_cap=None)}
+    assert roomy == {f.name: f.suggestion for f in found}

@@ -88,18 +88,32 @@ def entropy_collapse(records) -> Finding | None:
     return None
 
 
-def reward_plateau(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
+def reward_plateau(records, scale: RewardScale = DEFAULT_SCALE, comparison: Comparison | None = None
+                   ) -> Finding | None:
+    """A flat second half, on a stage that did not gain on validation beyond noise (a stage
+    that gained has not plateaued, whatever its tail looks like)."""
     reward = series(records, "reward")
-    if len(reward) < 8:
+    if len(reward) < 8 or (comparison is not None and comparison.verdict == "better"):
         return None
     tail = _tail(reward)
     gain = _mean(tail[len(tail) // 2:]) - _mean(tail[: len(tail) // 2])
     if abs(gain) < 0.008 * scale.width and max(tail) - min(tail) < 0.12 * scale.width:
         return Finding("reward_plateau", "info",
-                       f"reward flat over the second half (≈{_mean(tail):.3f}, change {gain:+.3f})",
-                       "change something: a higher learning rate, larger groups, or a new stage from another node",
+                       f"reward flat over the second half (≈{_mean(tail):.3f}, change {gain:+.3f})"
+                       f"{learning_rate_decay(records)}",
+                       "a new stage from another node, or other values from this one; a higher learning rate "
+                       "only where a sibling at a higher rate did better",
                        _span(records, "reward"), {"level": _mean(tail), "change": gain})
     return None
+
+
+def learning_rate_decay(records) -> str:
+    """Why a tail may be flat by design: the logged learning rate decayed over the stage."""
+    rate = series(records, "learning_rate")
+    if len(rate) >= 4 and rate[0] > 0 and rate[-1] < 0.5 * rate[0]:
+        return (f"; the learning rate decayed from {rate[0]:.3g} to {rate[-1]:.3g} over the stage, which "
+                "flattens any stage's end")
+    return ""
 
 
 def constant_group_fraction(records, scale: RewardScale) -> list[float]:
@@ -164,17 +178,59 @@ def instability(records, scale: RewardScale = DEFAULT_SCALE) -> Finding | None:
             return Finding("non_finite", "critical", f"{len(bad)} steps with non-finite {key}",
                            "lower the learning rate; if this node's train.py was edited, undo that edit",
                            _span(records, key), {"key": key})
-    grad = series(records, "grad_norm")
-    if len(grad) >= 6:
-        median = sorted(grad)[len(grad) // 2]
-        spikes = [g for g in grad if g > 10 * max(median, 1e-8)]
-        if spikes:
-            return Finding("grad_norm_spikes", "warning",
-                           f"{len(spikes)} grad-norm spikes above 10× the median {median:.3g}",
-                           "lower the learning rate, or clip gradients harder (max_grad_norm in train.py's "
-                           "GRPOConfig)", _span(records, "grad_norm"),
-                           {"median": median, "max": max(spikes)})
-    return reward_collapse(records, scale)
+    return grad_norm_spikes(records) or reward_collapse(records, scale)
+
+
+SPIKE_RATIO = 4.0  # a spike: this many times the stage's median grad norm …
+SPIKE_MADS = 8.0  # … and this many median absolute deviations above it
+
+
+def grad_norm_spikes(records) -> Finding | None:
+    """Steps whose gradient norm (TRL logs it before clipping) stands far above the stage's
+    typical one: both a multiple of the median and many median deviations, so a stage whose
+    norms merely wander is not flagged."""
+    steps = [(int(r.get("step", i)), r["grad_norm"]) for i, r in enumerate(training_steps(records))
+             if isinstance(r.get("grad_norm"), (int, float))]
+    if len(steps) < 6:
+        return None
+    norms = [g for _, g in steps]
+    median = _median(norms)
+    spread = _median([abs(g - median) for g in norms])
+    threshold = max(SPIKE_RATIO * max(median, 1e-8), median + SPIKE_MADS * spread)
+    spikes = [(step, g) for step, g in steps if g > threshold]
+    if not spikes:
+        return None
+    shown = ", ".join(f"{g:.3g} at step {step}" for step, g in spikes[:4])
+    return Finding("grad_norm_spikes", "warning",
+                   f"{len(spikes)} grad-norm spike{'s' * (len(spikes) > 1)} ({shown}) against a median of "
+                   f"{median:.3g}", "lower the learning rate, or clip gradients harder (max_grad_norm in train.py's "
+                   "GRPOConfig)", (spikes[0][0], spikes[-1][0]), {"median": median, "max": max(g for _, g in spikes)})
+
+
+TRL_MAX_GRAD_NORM = 1.0  # transformers' TrainingArguments default, when a stage does not log its own
+CLIPPED_SHARE = 0.5  # clipping on at least this share of steps is worth saying
+
+
+def grad_clipping(records) -> Finding | None:
+    """Most steps' gradients were clipped to ``max_grad_norm``: each update then has the
+    clip's length, and the learning rate alone no longer sets how far a step moves."""
+    steps = [r for r in training_steps(records) if isinstance(r.get("grad_norm"), (int, float))]
+    if len(steps) < 4:
+        return None
+    logged = [r["max_grad_norm"] for r in steps if isinstance(r.get("max_grad_norm"), (int, float))]
+    limit = logged[-1] if logged else TRL_MAX_GRAD_NORM
+    if not limit or limit <= 0:
+        return None
+    share = sum(r["grad_norm"] > limit for r in steps) / len(steps)
+    if share < CLIPPED_SHARE:
+        return None
+    source = "logged by the stage" if logged else "TRL's default; the stage did not log its own"
+    return Finding("grad_clipping", "info",
+                   f"the gradient norm exceeded max_grad_norm = {limit:g} ({source}) on {share:.0%} of steps "
+                   f"(median {_median([r['grad_norm'] for r in steps]):.3g}): those updates were clipped",
+                   "read learning-rate comparisons with this in mind: a clipped step's size is set by max_grad_norm "
+                   "times the learning rate; raising max_grad_norm in train.py frees it", _span(records, "grad_norm"),
+                   {"max_grad_norm": limit, "clipped_share": share})
 
 
 COLLAPSE_SHARE = 0.16  # a collapse loses at least this share of the reward range …
@@ -274,8 +330,9 @@ def regression(comparison: Comparison | None) -> Finding | None:
 def diagnose(records: list[dict], comparison: Comparison | None = None,
              scale: RewardScale = DEFAULT_SCALE) -> list[Finding]:
     """All findings for one stage, most severe first."""
-    detectors = [entropy_collapse(records), reward_plateau(records, scale), zero_variance_groups(records, scale),
-                 kl_blowup(records), length_problems(records), instability(records, scale),
+    detectors = [entropy_collapse(records), reward_plateau(records, scale, comparison),
+                 zero_variance_groups(records, scale),
+                 kl_blowup(records), length_problems(records), instability(records, scale), grad_clipping(records),
                  train_eval_divergence(records, comparison, scale), regression(comparison)]
     findings = [f for f in detectors if f is not None]
     names = {f.name for f in findings}

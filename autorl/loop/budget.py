@@ -107,11 +107,24 @@ class Budget:
         text = self.describe()
         left = self.train_steps_left
         if left is None:
-            return text
+            return text + self.last_stage_note()
         return (f"{text}. The session ends when fewer than {self.min_stage_steps} steps are left: a stage that "
                 f"leaves less is the last one, its result is not shown to you, and then the node with the best "
                 f"validation score is scored once on the test split. A stage longer than what is left is "
-                f"shortened to fit.")
+                f"shortened to fit.{self.last_stage_note()}")
+
+    def last_stage_note(self) -> str:
+        """Name the last stage as the last, so it is not spent on a control whose result no one sees."""
+        last = " This proposal is the last stage of the session: its result will not be shown to you, so spend it " \
+               "where you expect the best validation score, not on a control."
+        if self.max_stages is not None and self.max_stages - self.spent_stages <= 1:
+            return last
+        left = self.train_steps_left
+        if left is None:
+            return ""
+        if left < 2 * self.min_stage_steps:
+            return last
+        return f" A stage of more than {left - self.min_stage_steps} steps would be the last."
 
     def describe(self) -> str:
         parts = []

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from autorl import faults
+from autorl.analysis.advice import fit_to_space
 from autorl.analysis.curves import read_records
 from autorl.analysis.diagnose import RewardScale, diagnose
 from autorl.analysis.noise import paired_comparison
@@ -232,7 +233,8 @@ class StageLifecycle:
         node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent),
                                             stage_sd=self.template.stage_sd) if node.scored else None
         self.reward_scale.learn(outcome.records)
-        node.diagnosis = diagnose(outcome.records, node.comparison, self.reward_scale)
+        node.diagnosis = fit_to_space(diagnose(outcome.records, node.comparison, self.reward_scale),
+                                      self.template.space, node.hyperparameters, self.template.eval_token_cap)
         node_dir = self.node_dir(node.id)
         (node_dir / "diagnosis.json").write_text(json.dumps(
             {"findings": [f.to_dict() for f in node.diagnosis],

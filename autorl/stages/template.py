@@ -101,6 +101,12 @@ class Template:
         return float(self.constants.get("noise", {}).get("stage_sd", 0.0))
 
     @property
+    def eval_token_cap(self) -> int | None:
+        """``[eval] max_new_tokens``: the most tokens the evaluator generates, when the template says."""
+        cap = self.constants.get("eval", {}).get("max_new_tokens")
+        return int(cap) if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else None
+
+    @property
     def stage_sd_source(self) -> str:
         return str(self.constants.get("noise", {}).get("source", ""))
 

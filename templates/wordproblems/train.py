@@ -84,6 +84,8 @@ class JsonlMetrics(TrainerCallback):
         if not logs:
             return
         record = {"step": state.global_step, **{k: v for k, v in logs.items() if isinstance(v, (int, float))}}
+        if "grad_norm" in record:  # the clip the norm is measured against (the diagnosis reads both)
+            record["max_grad_norm"] = args.max_grad_norm
         if "reward" in record:
             constant = self.groups.take()
             if constant is not None:
