@@ -172,7 +172,8 @@ def depth_text(tree: Tree) -> str:
     by_depth = gains_by_depth(tree)
     if not by_depth:
         return ""
-    means = ", ".join(f"stage {depth} {sum(got) / len(got):+.3f} (mean of {len(got)})"
+    means = ", ".join(f"stage {depth} {sum(got) / len(got):+.3f} (mean of {len(got)}"
+                      + (f", from {min(got):+.3f} to {max(got):+.3f})" if len(got) > 1 else ")")
                       for depth, got in by_depth.items())
     return (f"Validation gain over the parent by stage depth: {means}. Depth moves the gain whatever the values "
             "(a later stage usually gains less), so what follows compares each stage only with the others at its "

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from optuna.trial import TrialState, create_trial
 
-from search.context import diff_summary, exact, mattered_text
+from search.context import diff_summary, mattered_text
 from search.importance import fits
 from search.memory import collapsed
 from search.space import SearchSpace
@@ -71,8 +71,17 @@ def values_changed(session: EarlierSession, node: Node) -> str:
         return schedule_text(node.hyperparameters)
     before = session.tree.nodes[node.parent].hyperparameters
     changed = {k: v for k, v in node.hyperparameters.items() if before.get(k) != v}
-    return ("changed " + ", ".join(f"{k} {exact(before.get(k))} -> {exact(v)}" for k, v in changed.items())
-            if changed else "the parent's values")
+    if not changed:
+        return "the parent's values"
+    together = f" ({len(changed)} values changed at once: the stage cannot credit one of them)" if len(changed) > 2 \
+        else ""
+    return "changed " + ", ".join(f"{k} {readable(before.get(k))} -> {readable(v)}" for k, v in changed.items()) + \
+        together
+
+
+def readable(value) -> str:
+    """A value to read, not to copy back (the best schedules give them whole): three figures."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def stage_line(session: EarlierSession, node: Node) -> str:
@@ -91,7 +100,9 @@ def sessions_text(sessions: list[EarlierSession]) -> str:
                f"(stage {best.depth})" if best else "no stage scored")
         test = f", test {s.test_score:.3f} ± {s.test_stderr or 0:.3f}" if s.test_score is not None else ""
         base = f"base {s.tree.base_score:.3f}; " if s.tree.base_score is not None else ""
-        lines.append(f"- {s.name} ({s.strategy}, {s.stages} stages scored): {base}{won}{test}")
+        steps = sum(n.steps or 0 for n in s.tree.nodes.values())
+        spent = f", {steps} training steps in all" if steps else ""
+        lines.append(f"- {s.name} ({s.strategy}, {s.stages} stages scored{spent}): {base}{won}{test}")
     return "\n".join(lines)
 
 

@@ -16,7 +16,9 @@ Fresh roots: the base model is a candidate like any node, and the session's firs
 first stage. The rule holds only while every stage so far started from the base model:
 a proposer that may choose another parent (the LLM) and extended a first stage instead is
 not told "base" again and again on the rule's account (UCT decides from then on), and
-the rule never spends the budget's last stage on a root that could not be extended.
+the rule never spends the budget's last stage on a root that could not be extended. It
+holds only for a budget of at least ``ROOT_STAGES`` stages per fresh root: on a budget of
+three stages a second root would cost a third of it at depth 1.
 
 Diagnosis steers it: a node that is worse than its parent beyond noise, or whose
 stage shows a critical pathology (reward collapse, non-finite values, no gradient,
@@ -42,6 +44,9 @@ import random
 from search.tree import Node, Tree, may_extend
 
 
+ROOT_STAGES = 3  # the fresh-roots rule wants at least this many stages of budget per root
+
+
 class BestFirstPolicy:
     def __init__(self, max_depth: int, exploration: float = 2.0, seed: int = 0, min_roots: int = 2,
                  budget_aware: bool = True, leaf_width: int | None = None):
@@ -51,6 +56,7 @@ class BestFirstPolicy:
         self.exploration = exploration  # in standard errors of the node's score
         self.min_roots = min_roots
         self.seed = seed
+        self.budget_stages: int | None = None  # the session's budget in stages, as select last saw it
 
     def candidates(self, tree: Tree) -> list[str | None]:
         """The base model (None) and every scored, healthy node that may get another stage
@@ -92,10 +98,12 @@ class BestFirstPolicy:
     def wants_root(self, tree: Tree) -> bool:
         """Whether the fresh-roots rule picks the base model: fewer than ``min_roots`` stages
         exist and every one of them started from the base model."""
-        return len(tree.nodes) < self.min_roots and all(n.parent is None for n in tree.nodes.values())
+        roomy = self.budget_stages is None or self.budget_stages >= ROOT_STAGES * self.min_roots
+        return roomy and len(tree.nodes) < self.min_roots and all(n.parent is None for n in tree.nodes.values())
 
     def select(self, tree: Tree, stages_left: int | None = None, stages: int | None = None) -> str | None:
         """The node to extend; ``stages_left`` of ``stages`` make the choice budget-aware."""
+        self.budget_stages = stages
         if not self.budget_aware:
             stages_left = None
         candidates = self.candidates(tree)

@@ -85,13 +85,14 @@ def test_the_proposer_is_told_how_the_session_ends():
     text = budget.for_proposer()
     assert text.startswith("40 of 60 GRPO training steps spent (20 left)")
     assert "ends when fewer than 10 steps are left" in text and "scored once on the test split" in text
-    assert text.endswith("A stage of more than 10 steps would be the last.")
+    assert text.endswith("A stage of more than 10 steps leaves fewer than 10 and is the last; one of 10 or fewer "
+                         "leaves room for another whose result you will see.")
     nearly = Budget(max_train_steps=60, min_stage_steps=10, spent_train_steps=45)  # any stage leaves < 10
     assert nearly.for_proposer().endswith("This proposal is the last stage of the session: its result will not be "
                                           "shown to you, so spend it where you expect the best validation score, "
                                           "not on a control.")
     assert Budget(max_stages=3).for_proposer() == Budget(max_stages=3).describe()
     roomy = Budget(max_train_steps=160, min_stage_steps=10)
-    assert roomy.for_proposer().endswith("A stage of more than 150 steps would be the last.")
+    assert "A stage of more than 150 steps leaves fewer than 10 and is the last" in roomy.for_proposer()
     two_of_three = Budget(max_stages=3, spent_stages=2)
     assert "This proposal is the last stage" in two_of_three.for_proposer()

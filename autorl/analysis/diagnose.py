@@ -212,8 +212,10 @@ CLIPPED_SHARE = 0.5  # clipping on at least this share of steps is worth saying
 
 
 def grad_clipping(records) -> Finding | None:
-    """Most steps' gradients were clipped to ``max_grad_norm``: each update then has the
-    clip's length, and the learning rate alone no longer sets how far a step moves."""
+    """Most steps' gradients were clipped to ``max_grad_norm``. Under AdamW a gradient scaled
+    down by a similar factor at every step changes the update little (Adam divides by the
+    gradient's running scale); what clipping does change is the weight of the steps whose
+    gradients were largest, which count for less. Information, not a fault."""
     steps = [r for r in training_steps(records) if isinstance(r.get("grad_norm"), (int, float))]
     if len(steps) < 4:
         return None
@@ -228,8 +230,9 @@ def grad_clipping(records) -> Finding | None:
     return Finding("grad_clipping", "info",
                    f"the gradient norm exceeded max_grad_norm = {limit:g} ({source}) on {share:.0%} of steps "
                    f"(median {_median([r['grad_norm'] for r in steps]):.3g}): those updates were clipped",
-                   "read learning-rate comparisons with this in mind: a clipped step's size is set by max_grad_norm "
-                   "times the learning rate; raising max_grad_norm in train.py frees it", _span(records, "grad_norm"),
+                   "nothing needed for that alone: AdamW normalises a uniformly clipped gradient, so the learning "
+                   "rate still sets the step; clipping down-weights the steps with the largest gradients (max_grad_norm "
+                   "in train.py's GRPOConfig)", _span(records, "grad_norm"),
                    {"max_grad_norm": limit, "clipped_share": share})
 
 

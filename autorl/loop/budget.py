@@ -124,7 +124,9 @@ class Budget:
             return ""
         if left < 2 * self.min_stage_steps:
             return last
-        return f" A stage of more than {left - self.min_stage_steps} steps would be the last."
+        room = left - self.min_stage_steps
+        return (f" A stage of more than {room} steps leaves fewer than {self.min_stage_steps} and is the last; one of "
+                f"{room} or fewer leaves room for another whose result you will see.")
 
     def describe(self) -> str:
         parts = []
