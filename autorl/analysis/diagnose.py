@@ -231,8 +231,8 @@ def grad_clipping(records) -> Finding | None:
                    f"the gradient norm exceeded max_grad_norm = {limit:g} ({source}) on {share:.0%} of steps "
                    f"(median {_median([r['grad_norm'] for r in steps]):.3g}): those updates were clipped",
                    "nothing needed for that alone: AdamW normalises a uniformly clipped gradient, so the learning "
-                   "rate still sets the step; clipping down-weights the steps with the largest gradients (max_grad_norm "
-                   "in train.py's GRPOConfig)", _span(records, "grad_norm"),
+                   "rate still sets the step; clipping down-weights the steps with the largest gradients "
+                   "(max_grad_norm in train.py's GRPOConfig)", _span(records, "grad_norm"),
                    {"max_grad_norm": limit, "clipped_share": share})
 
 
