@@ -319,7 +319,8 @@ def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_ma
     section = section[section.index("# What has mattered so far"): section.index("# Candidate parents")]
     assert "A rough early estimate from 4 scored stages (fANOVA's shares need 6)" in section
     assert "- learning_rate: rank correlation -1.00 with the gain (values 1e-05 to 0.001)" in section
-    assert "by stage depth: stage 1 -0.040 (mean of 4, from -0.300 to +0.060)" in section  # and what follows is centred on it
+    # and what follows is centred on the mean by depth
+    assert "by stage depth: stage 1 -0.040 (mean of 4, from -0.300 to +0.060)" in section
     assert "- beta: mean gain +0.087 at 0.0 (3), -0.260 at 0.04 (1)" in section
     assert "read it as a hint, not a finding" in section
 
