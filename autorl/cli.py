@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from autorl.config import DEFAULT_TEMPLATE, FLAGS, SessionConfig, choices
-from autorl.errors import USER_ERRORS, SessionError
+from autorl.errors import USER_ERRORS, ConfigError, SessionError
 from autorl.usage_errors import OneLineErrors
 
 console = Console()
@@ -379,10 +379,34 @@ def init(
     base_model: Optional[str] = typer.Option(
         None, "--base-model", help="The template's base model: a local folder, or a Hugging Face id[@revision] "
                                    "(downloaded now, with your network; trials never have one)."),
+    from_data: Optional[Path] = typer.Option(
+        None, "--from-data", help="Make the template from your own JSONL, CSV or Parquet file of prompts and answers "
+                                  "(with --base-model) instead of copying a built-in one."),
+    prompt_field: Optional[str] = typer.Option(None, "--prompt-field", help="--from-data: the prompt's column."),
+    answer_field: Optional[str] = typer.Option(None, "--answer-field", help="--from-data: the answer's column."),
+    system: str = typer.Option("", "--system", help="--from-data: a system prompt before every prompt."),
+    reward: str = typer.Option(
+        "exact", "--reward", help="--from-data: exact | last-number | contains | regex:PATTERN | "
+                                  "python:FILE:FUNCTION (a function (completion, answer) -> number in [0, 1])."),
+    format_tag: Optional[str] = typer.Option(
+        None, "--format-tag", help="--from-data: judge the answer inside <TAG>...</TAG>, with a small format reward."),
+    val_size: Optional[int] = typer.Option(None, "--val-size", help="--from-data: validation items (default 200)."),
+    test_size: Optional[int] = typer.Option(None, "--test-size", help="--from-data: test items (default 500)."),
 ):
-    """Copy a template into a folder you can edit, then run it with --template DIR."""
+    """Copy a template into a folder you can edit (or make one from your data file), then run it with --template DIR."""
     from autorl.models import install_base_model
     from autorl.stages import template as templates
+
+    if from_data is not None:
+        from autorl.own_task.build import FromData, create_from_data
+
+        if not base_model:
+            raise ConfigError("--from-data needs --base-model (a local folder or a Hugging Face id)")
+        made = create_from_data(directory, FromData(from_data, base_model, prompt_field, answer_field, system, reward,
+                                                    format_tag, val_size, test_size))
+        console.print(made.summary(directory))
+        console.print(f"edit {directory}/program.md, then: autorl research TOPIC --template {directory}")
+        return
 
     loaded = templates.load(template, require_model=base_model is None)
     templates.copy_to(loaded, directory)

@@ -46,6 +46,10 @@ class ContractError(AutorlError):
     """A template file, trial or evaluator output that breaks the template contract (docs/templates.md)."""
 
 
+class DataFileError(AutorlError):
+    """A data file, or an option about it, that cannot make a template (`init --from-data`)."""
+
+
 class SearchExhausted(AutorlError):
     """The proposer keeps producing nothing that may run: the session stops instead of looping."""
 

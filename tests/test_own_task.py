@@ -1,0 +1,171 @@
+"""`autorl init DIR --from-data FILE`: a template from the user's own prompts and answers.
+
+Files the suite writes: the built-in word problems exported as JSONL (SmolLM2-135M-Instruct,
+`--reward last-number`), and a CSV scored by a Python function inside an answer tag. Bad
+input gets one line and creates nothing."""
+
+import csv
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, run_cli
+
+SMOLLM = REPO / "templates" / "wordproblems" / "env" / "base_model"
+
+REWARD_PY = '''
+def near(completion, answer):
+    """1 for the answer, a half for one off, else 0."""
+    try:
+        got = int(completion.strip())
+    except ValueError:
+        return 0.0
+    return 1.0 if got == int(answer) else 0.5 if abs(got - int(answer)) == 1 else 0.0
+'''
+
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def wordproblems_jsonl(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "wordproblems.jsonl"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "own_task.py"), "--export-only", str(path)],
+                          capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    rows = path.read_text().splitlines()
+    extra = [json.loads(rows[0]), json.loads(rows[1])]
+    extra[0]["question"] = "  " + extra[0]["question"].upper() + "  "  # the same prompt, shouted: a duplicate
+    extra[1]["answer"] = None  # no answer: dropped as empty
+    path.write_text("\n".join(rows + [json.dumps(e) for e in extra]) + "\n")
+    return path
+
+
+@pytest.fixture
+def csv_file(tmp_path):
+    path = tmp_path / "sums.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["q", "a", "note"])
+        for a in range(2, 30):
+            for b in range(2, 8):
+                writer.writerow([f"What is {a} plus {b}? Put the number in <answer></answer>.", a + b, "x"])
+    (tmp_path / "reward.py").write_text(REWARD_PY)
+    return path
+
+
+def init(folder, data, *options):
+    return run_cli("init", str(folder), "--from-data", str(data), "--base-model", str(SMOLLM), *options)
+
+
+def test_a_jsonl_of_word_problems_becomes_a_template_that_keeps_the_contract(wordproblems_jsonl, tmp_path):
+    done = init(tmp_path / "wp", wordproblems_jsonl, "--reward", "last-number")
+    assert done.returncode == 0, done.stderr
+    printed = " ".join(done.stdout.split())
+    assert "2585 rows (1 duplicate and 1 empty dropped) -> train 1883, validation 200, test 500" in printed
+    assert "prompt field 'question', answer field 'answer'" in printed and "full fine-tuning" in printed
+    from autorl.stages import template as templates
+
+    template = templates.load(str(tmp_path / "wp"))
+    assert template.eval_token_cap == 32 and template.space.params["max_completion_length"].choices == [24, 32, 48]
+    splits = {name: [json.loads(line) for line in (tmp_path / "wp" / "env" / "data" / f"{name}.jsonl").open()]
+              for name in ("train", "validation", "test")}
+    ids = [{item["id"] for item in part} for part in splits.values()]
+    assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    task = load(tmp_path / "wp" / "env" / "task.py", "wp_task")
+    first = task.problems("validation", 1)[0]
+    assert first["prompt"] == [{"role": "user", "content": splits["validation"][0]["prompt"]}]
+    assert task.correctness_reward(["Tom has 3 + 4 = 7 apples.", "Tom has 7 apples and 8."], ["7", "7"]) == [1.0, 0.0]
+    evaluate = load(tmp_path / "wp" / "env" / "evaluate.py", "wp_evaluate")
+    scored = evaluate.score(["It is 12.", "no idea"], [{"id": "a", "answer": "12"}, {"id": "b", "answer": "3"}])
+    assert [i["correct"] for i in scored["items"]] == [1.0, 0.0] and scored["mean"] == 0.5  # the reward's own metric
+    rebuilt = subprocess.run([sys.executable, str(tmp_path / "wp" / "env" / "prepare.py"), "--source",
+                              str(wordproblems_jsonl), "--out", str(tmp_path / "again")],
+                             capture_output=True, text=True)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    for name in ("train", "validation", "test"):  # prepare.py rebuilds exactly what the template ships
+        assert (tmp_path / "again" / f"{name}.jsonl").read_text() == \
+            (tmp_path / "wp" / "env" / "data" / f"{name}.jsonl").read_text()
+
+
+def test_a_csv_scored_by_a_python_function_inside_an_answer_tag(csv_file, tmp_path):
+    reward = f"python:{csv_file.parent / 'reward.py'}:near"
+    done = init(tmp_path / "sums", csv_file, "--prompt-field", "q", "--answer-field", "a", "--reward", reward,
+                "--format-tag", "answer", "--system", "You add numbers.", "--val-size", "20", "--test-size", "30")
+    assert done.returncode == 0, done.stderr
+    assert "train 118, validation 20, test 30" in " ".join(done.stdout.split())
+    folder = tmp_path / "sums"
+    assert (folder / "env" / "custom_reward.py").read_text() == REWARD_PY  # frozen with the rest of env/
+    task = load(folder / "env" / "task.py", "sums_task")
+    assert task.problems("test", 1)[0]["prompt"][0] == {"role": "system", "content": "You add numbers."}
+    replies = ["<answer>9</answer>", "<answer>10</answer>", "9", "<answer>x</answer>"]
+    assert task.correctness_reward(replies, ["9"] * 4) == [1.0, 0.5, 0.0, 0.0]
+    assert task.format_reward(replies) == [0.25, 0.25, 0.0, 0.25]
+    assert [f.__name__ for f in task.reward_funcs()] == ["correctness_reward", "format_reward"]
+    constants = (folder / "env" / "constants.toml").read_text()
+    assert "high = 1.25" in constants and "test_size = 30" in constants
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("missing", "no such file"),
+    ("empty", "the file is empty"),
+    ("unknown_field", "has no column 'question_text' (--prompt-field); its columns: q, a, note"),
+    ("no_guess", "no column looks like the prompt"),
+    ("bad_regex", "the pattern does not compile"),
+    ("raises", "raised ZeroDivisionError"),
+    ("not_a_number", "returned 'yes'"),
+    ("too_small", "the train split would be empty"),
+    ("too_long", "prompts do not fit the model's context"),
+    ("unknown_reward", "choose one of exact, last-number"),
+    ("no_model", "--from-data needs --base-model"),
+])
+def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, tmp_path):
+    folder, fields = tmp_path / "made", ["--prompt-field", "q", "--answer-field", "a"]
+    options = {
+        "missing": (tmp_path / "nope.jsonl", fields),
+        "empty": (tmp_path / "empty.csv", fields),
+        "unknown_field": (csv_file, ["--prompt-field", "question_text"]),
+        "no_guess": (csv_file, []),
+        "bad_regex": (csv_file, [*fields, "--reward", "regex:(unclosed"]),
+        "raises": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:divide"]),
+        "not_a_number": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:word"]),
+        "too_small": (csv_file, [*fields, "--val-size", "100", "--test-size", "68"]),
+        "too_long": (tmp_path / "long.jsonl", []),
+        "unknown_reward": (csv_file, [*fields, "--reward", "fuzzy"]),
+    }
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "bad.py").write_text("def divide(c, a):\n    return 1 / 0\n\ndef word(c, a):\n    return 'yes'\n")
+    (tmp_path / "long.jsonl").write_text(json.dumps({"prompt": "word " * 9000, "answer": "1"}) + "\n"
+                                         + "".join(json.dumps({"prompt": f"p{i}", "answer": "1"}) + "\n"
+                                                   for i in range(20)))
+    if case == "no_model":
+        done = run_cli("init", str(folder), "--from-data", str(csv_file), *fields)
+    else:
+        data, extra = options[case]
+        done = init(folder, data, *extra)
+    assert done.returncode == 1, done.stdout + done.stderr
+    message = done.stderr.strip()
+    assert expected in " ".join(message.split()), message
+    assert len(message.splitlines()) <= 2 and "Traceback" not in message  # one line (a long one may wrap)
+    assert not folder.exists() and not list(tmp_path.glob(".made.partial-*"))
+
+
+@pytest.mark.slow
+def test_research_runs_the_generated_template_unchanged(csv_file, tmp_path, runs_dir):
+    reward = f"python:{csv_file.parent / 'reward.py'}:near"
+    made = init(tmp_path / "sums", csv_file, "--prompt-field", "q", "--answer-field", "a", "--reward", reward,
+                "--format-tag", "answer", "--val-size", "16", "--test-size", "16")
+    assert made.returncode == 0, made.stderr
+    done = run_cli("research", "sums from a CSV", "--template", str(tmp_path / "sums"), "--train-steps", "5",
+                   "--memory", "off", "--name", "sums", timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "warning" not in (done.stdout + done.stderr).lower()
+    data = json.loads(run_cli("show", "sums", "--json").stdout)
+    assert [n["status"] for n in data["nodes"]] == ["succeeded"] and data["best_test_score"] is not None
+    assert data["nodes"][0]["steps"] == 5
