@@ -96,7 +96,7 @@ def research(
                                               help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
         None, "--strategy", metavar="|".join(choices("strategy")),
-        help="How the next stage is proposed [default: hybrid with --llm, else tree]."),
+        help="How the next stage is proposed [default: llm with --llm, else tree]."),
     seed: int = option("seed"),
     max_depth: Optional[int] = option("max_depth"),
     schedule_prior: bool = option("schedule_prior"),
@@ -146,7 +146,7 @@ def research(
     check_approve(approve, wait=wait)  # everything is checked before anything is created
     seconds = parse_duration(time_budget) if time_budget else None
     announce_no_llm = strategy is None and not llm
-    strategy = strategy or ("hybrid" if llm else "tree")
+    strategy = strategy or ("llm" if llm else "tree")  # llm measured best of the two (docs/llm.md)
     runs = (runs_dir or default_runs_dir()).expanduser().resolve()
     config = make_config(
         name=name or new_session_name(topic), topic=topic, template=template, train_steps=train_steps, stages=stages,
