@@ -32,8 +32,8 @@ def test_hybrid_session_with_an_edit_a_dropped_proposal_and_a_secret(tmp_path, r
     )
     with LLMServer(llm) as server:
         done = run_cli("research", "halve the batch", "--template", str(template), "--stages", "2", "--name", "llm",
-                       "--strategy", "hybrid", "--llm", "scripted", "--llm-base-url", server.url, "--llm-key-file", str(key_file),
-                       "--llm-timeout", "5", env={"OPENAI_API_KEY": "sk-env-secret"})
+                       "--strategy", "hybrid", "--llm", "scripted", "--llm-base-url", server.url,
+                       "--llm-key-file", str(key_file), "--llm-timeout", "5", env={"OPENAI_API_KEY": "sk-env-secret"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "LLM proposal dropped after 2 repairs" in done.stdout
     assert all(r["model"] == "scripted" for r in llm.requests)
