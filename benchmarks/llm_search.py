@@ -57,6 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--llm-timeout", type=float, default=600.0)
     parser.add_argument("--baselines-from", type=Path, default=None)
     parser.add_argument("--report-only", action="store_true", help="write the report from what WORK holds")
+    parser.add_argument("--suffix", default="", help="results file stem suffix, e.g. 'clean' -> llm_search-T-clean")
+    parser.add_argument("--brief-search-results", action="store_true",
+                        help="record that the template's brief states what earlier searches measured")
     args = parser.parse_args(argv)
     args.strategies = [s for s in args.strategies.split(",") if s]
     args.seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
@@ -331,12 +334,13 @@ def main(argv=None) -> int:
     text, numbers = report(results, args)
     if not args.report_only:
         text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
-    stem = f"llm_search-{args.template}"
+    stem = f"llm_search-{args.template}" + (f"-{args.suffix}" if args.suffix else "")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{stem}.md").write_text(f"# LLM strategies against the hyperparameter searches\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({
         "template": args.template, "train_steps": args.train_steps, "seeds": args.seed_list,
-        "answered_by": ANSWERED_BY, **numbers, "sessions": results}, indent=2))
+        "answered_by": ANSWERED_BY, "memory": False,  # search_efficiency.run_session passes --memory off
+        "brief_search_results": args.brief_search_results, **numbers, "sessions": results}, indent=2))
     print(text)
     return 0
 
