@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, run_cli
+from conftest import REPO, narrow_space, run_cli, set_constants
 
 SMOLLM = REPO / "templates" / "wordproblems" / "env" / "base_model"
 
@@ -160,12 +160,15 @@ def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, t
 def test_research_runs_the_generated_template_unchanged(csv_file, tmp_path, runs_dir):
     reward = f"python:{csv_file.parent / 'reward.py'}:near"
     made = init(tmp_path / "sums", csv_file, "--prompt-field", "q", "--answer-field", "a", "--reward", reward,
-                "--format-tag", "answer", "--val-size", "16", "--test-size", "16")
+                "--format-tag", "answer", "--val-size", "8", "--test-size", "8")
     assert made.returncode == 0, made.stderr
-    done = run_cli("research", "sums from a CSV", "--template", str(tmp_path / "sums"), "--train-steps", "5",
+    # smaller stages than the generated ones, for the suite's time only (benchmarks/own_task.py runs one unchanged)
+    narrow_space(tmp_path / "sums", {"num_generations": "[4]", "max_steps": "[2]"})
+    set_constants(tmp_path / "sums", completions_per_step=4, micro_batch=2)
+    done = run_cli("research", "sums from a CSV", "--template", str(tmp_path / "sums"), "--train-steps", "2",
                    "--memory", "off", "--name", "sums", timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "warning" not in (done.stdout + done.stderr).lower()
     data = json.loads(run_cli("show", "sums", "--json").stdout)
     assert [n["status"] for n in data["nodes"]] == ["succeeded"] and data["best_test_score"] is not None
-    assert data["nodes"][0]["steps"] == 5
+    assert data["nodes"][0]["steps"] == 2
