@@ -172,3 +172,15 @@ def test_research_runs_the_generated_template_unchanged(csv_file, tmp_path, runs
     data = json.loads(run_cli("show", "sums", "--json").stdout)
     assert [n["status"] for n in data["nodes"]] == ["succeeded"] and data["best_test_score"] is not None
     assert data["nodes"][0]["steps"] == 2
+
+
+def test_a_parquet_file_is_read_with_its_fields_guessed(tmp_path):
+    from datasets import Dataset
+
+    rows = [{"Problem": f"What is {a} times 3?", "Solution": a * 3, "source": "made"} for a in range(40)]
+    Dataset.from_list(rows).to_parquet(str(tmp_path / "times.parquet"))
+    done = init(tmp_path / "times", tmp_path / "times.parquet", "--reward", "regex:(-?\\d+)")
+    assert done.returncode == 0, done.stderr
+    assert "prompt field 'Problem', answer field 'Solution'" in " ".join(done.stdout.split())
+    task = load(tmp_path / "times" / "env" / "task.py", "times_task")
+    assert task.correctness_reward(["3 times 3 is 9", "it is 9 or 10"], ["9", "9"]) == [1.0, 0.0]  # the last match
