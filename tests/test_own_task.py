@@ -157,7 +157,7 @@ def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, t
 
 
 @pytest.mark.slow
-def test_research_runs_the_generated_template_unchanged(csv_file, tmp_path, runs_dir):
+def test_research_runs_a_generated_template(csv_file, tmp_path, runs_dir):
     reward = f"python:{csv_file.parent / 'reward.py'}:near"
     made = init(tmp_path / "sums", csv_file, "--prompt-field", "q", "--answer-field", "a", "--reward", reward,
                 "--format-tag", "answer", "--val-size", "8", "--test-size", "8")
