@@ -64,7 +64,8 @@ def init(folder, data, *options):
     return run_cli("init", str(folder), "--from-data", str(data), "--base-model", str(SMOLLM), *options)
 
 
-def test_a_jsonl_of_word_problems_becomes_a_template_that_keeps_the_contract(wordproblems_jsonl, tmp_path):
+def test_a_jsonl_of_word_problems_becomes_a_template_that_keeps_the_contract(wordproblems_jsonl, tmp_path,
+                                                                             monkeypatch):
     done = init(tmp_path / "wp", wordproblems_jsonl, "--reward", "last-number")
     assert done.returncode == 0, done.stderr
     printed = " ".join(done.stdout.split())
@@ -82,6 +83,9 @@ def test_a_jsonl_of_word_problems_becomes_a_template_that_keeps_the_contract(wor
     first = task.problems("validation", 1)[0]
     assert first["prompt"] == [{"role": "user", "content": splits["validation"][0]["prompt"]}]
     assert task.correctness_reward(["Tom has 3 + 4 = 7 apples.", "Tom has 7 apples and 8."], ["7", "7"]) == [1.0, 0.0]
+    monkeypatch.setattr(sys, "path", list(sys.path))  # evaluate.py imports its own `env` package, not
+    for name in ("env", "env.task"):                  # another template's that an earlier test imported
+        monkeypatch.delitem(sys.modules, name, raising=False)
     evaluate = load(tmp_path / "wp" / "env" / "evaluate.py", "wp_evaluate")
     scored = evaluate.score(["It is 12.", "no idea"], [{"id": "a", "answer": "12"}, {"id": "b", "answer": "3"}])
     assert [i["correct"] for i in scored["items"]] == [1.0, 0.0] and scored["mean"] == 0.5  # the reward's own metric
@@ -94,6 +98,7 @@ def test_a_jsonl_of_word_problems_becomes_a_template_that_keeps_the_contract(wor
             (tmp_path / "wp" / "env" / "data" / f"{name}.jsonl").read_text()
 
 
+@pytest.mark.slow  # a template made with the model (seconds): the edit loop keeps the JSONL one
 def test_a_csv_scored_by_a_python_function_inside_an_answer_tag(csv_file, tmp_path):
     reward = f"python:{csv_file.parent / 'reward.py'}:near"
     done = init(tmp_path / "sums", csv_file, "--prompt-field", "q", "--answer-field", "a", "--reward", reward,
@@ -174,6 +179,7 @@ def test_research_runs_a_generated_template(csv_file, tmp_path, runs_dir):
     assert data["nodes"][0]["steps"] == 2
 
 
+@pytest.mark.slow  # a template made with the model (seconds): the edit loop keeps the JSONL one
 def test_a_parquet_file_is_read_with_its_fields_guessed(tmp_path):
     from datasets import Dataset
 
