@@ -72,19 +72,20 @@ def killed_and_moved(name: str, tmp: Path, store: list[str], steps: int, moment:
     first, second = tmp / f"{name}-a", tmp / f"{name}-b"
     process = subprocess.Popen([*AUTORL, *session_args(name, first, store, steps)], cwd=REPO,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
     try:
         process.wait(timeout=moment)
-        killed = False
+        killed, ended = False, time.monotonic() - started
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGKILL)
         process.wait()
-        killed = True
+        killed, ended = True, None
     shutil.rmtree(first)
     recovered, how = cli("resume", name, "--runs-dir", str(second), *store), "resume"
     if recovered.returncode == 1 and "no session named" in recovered.stderr:
         recovered, how = cli(*session_args(name, second, store, steps)), "research again"
     got = tree(store, name, second)
-    return {"moment_s": moment, "killed": killed, "recovered_by": how, "exit": recovered.returncode,
+    return {"moment_s": moment, "killed": killed, "ended_s": ended, "recovered_by": how, "exit": recovered.returncode,
             "rebuilt": "rebuilt the session folder from MLflow" in recovered.stdout,
             "identical": got == reference, "nodes": len(got or []),
             "error": "" if recovered.returncode == 0 else (recovered.stderr.strip().splitlines() or [""])[-1]}
@@ -98,10 +99,12 @@ def measure_kills(args, tmp: Path, store: list[str]) -> dict:
         raise SystemExit(f"the session left alone failed: {whole.stderr[-2000:]}")
     reference = tree(store, "whole", tmp / "whole")
     rng = random.Random(args.seed)
-    kills = []
-    for index in range(args.kills):
-        moment = round(rng.uniform(0.5, seconds), 1)
-        kills.append(killed_and_moved(f"k{index}", tmp, store, args.train_steps, moment, reference))
+    kills, horizon = [], seconds
+    while sum(k["killed"] for k in kills) < args.kills and len(kills) < 3 * args.kills:
+        moment = round(rng.uniform(0.5, 0.95 * horizon), 1)
+        kills.append(killed_and_moved(f"k{len(kills)}", tmp, store, args.train_steps, moment, reference))
+        if not kills[-1]["killed"]:  # it ended first: draw later moments inside the time a session takes now
+            horizon = min(horizon, kills[-1]["ended_s"])
         print(json.dumps(kills[-1]), flush=True)
     return {"reference_seconds": round(seconds, 1), "reference_nodes": len(reference), "kills": kills}
 
@@ -255,7 +258,8 @@ def report(result: dict) -> str:
         lines += ["## Resume from the server alone", "",
                   f"The default session (`--train-steps {result['train_steps']}`, seed 0) against `autorl server` "
                   f"took {kills['reference_seconds']:.0f} s left alone ({kills['reference_nodes']} stages). "
-                  f"Killed at {len(kills['kills'])} random moments, its whole runs folder deleted each time and "
+                  f"Killed at {result['kills']} random moments ({len(kills['kills']) - result['kills']} more drawn "
+                  "after the session had already ended: not counted), its whole runs folder deleted each time and "
                   f"resumed into an empty one: **{result['identical']} of {result['kills']}** trees identical to "
                   "the uninterrupted one (nodes, parents, statuses, validation scores, values).", "",
                   "| killed at (s) | killed | recovered by | exit | folder rebuilt | identical |",
@@ -352,7 +356,8 @@ def measure_on_server(args, tmp: Path, result: dict) -> None:
         if "kills" not in args.skip:
             result["kills_detail"] = measure_kills(args, tmp, ["--tracking-uri", uri])
             kills = result["kills_detail"]["kills"]
-            result.update(kills=len(kills), identical=sum(k["identical"] for k in kills), folder_deleted=True)
+            killed = [k for k in kills if k["killed"]]  # a session that ended before its moment was not a kill
+            result.update(kills=len(killed), identical=sum(k["identical"] for k in killed), folder_deleted=True)
             save(result, args.out)
         if "checkpoint" not in args.skip:
             result["checkpoint"] = measure_checkpoint(args, tmp, uri)
