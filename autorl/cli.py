@@ -397,6 +397,12 @@ def init(
     from autorl.models import install_base_model
     from autorl.stages import template as templates
 
+    data_options = {"--prompt-field": prompt_field, "--answer-field": answer_field, "--system": system or None,
+                    "--reward": None if reward == "exact" else reward, "--format-tag": format_tag,
+                    "--val-size": val_size, "--test-size": test_size}
+    stray = [name for name, value in data_options.items() if value is not None]
+    if from_data is None and stray:
+        raise ConfigError(f"{', '.join(stray)} describe{'s' * (len(stray) == 1)} a data file: add --from-data FILE")
     if from_data is not None:
         from autorl.own_task.build import FromData, create_from_data
 

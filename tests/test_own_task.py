@@ -129,6 +129,7 @@ def test_a_csv_scored_by_a_python_function_inside_an_answer_tag(csv_file, tmp_pa
     ("too_long", "prompts do not fit the model's context"),
     ("unknown_reward", "choose one of exact, last-number"),
     ("no_model", "--from-data needs --base-model"),
+    ("no_file", "--reward describes a data file: add --from-data FILE"),
 ])
 def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, tmp_path):
     folder, fields = tmp_path / "made", ["--prompt-field", "q", "--answer-field", "a"]
@@ -151,6 +152,8 @@ def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, t
                                                    for i in range(20)))
     if case == "no_model":
         done = run_cli("init", str(folder), "--from-data", str(csv_file), *fields)
+    elif case == "no_file":
+        done = run_cli("init", str(folder), "--reward", "last-number")
     else:
         data, extra = options[case]
         done = init(folder, data, *extra)
