@@ -43,7 +43,6 @@ import random
 
 from search.tree import Node, Tree, may_extend
 
-
 ROOT_STAGES = 3  # the fresh-roots rule wants at least this many stages of budget per root
 
 
