@@ -117,46 +117,64 @@ def test_a_csv_scored_by_a_python_function_inside_an_answer_tag(csv_file, tmp_pa
     assert "high = 1.25" in constants and "test_size = 30" in constants
 
 
-@pytest.mark.parametrize(("case", "expected"), [
-    ("missing", "no such file"),
-    ("empty", "the file is empty"),
-    ("unknown_field", "has no column 'question_text' (--prompt-field); its columns: q, a, note"),
-    ("no_guess", "no column looks like the prompt"),
-    ("bad_regex", "the pattern does not compile"),
-    ("raises", "raised ZeroDivisionError"),
-    ("not_a_number", "returned 'yes'"),
-    ("too_small", "the train split would be empty"),
-    ("too_long", "prompts do not fit the model's context"),
-    ("unknown_reward", "choose one of exact, last-number"),
-    ("no_model", "--from-data needs --base-model"),
-    ("no_file", "--reward describes a data file: add --from-data FILE"),
-])
-def test_bad_input_gets_one_line_and_creates_nothing(case, expected, csv_file, tmp_path):
-    folder, fields = tmp_path / "made", ["--prompt-field", "q", "--answer-field", "a"]
-    options = {
-        "missing": (tmp_path / "nope.jsonl", fields),
-        "empty": (tmp_path / "empty.csv", fields),
-        "unknown_field": (csv_file, ["--prompt-field", "question_text"]),
-        "no_guess": (csv_file, []),
-        "bad_regex": (csv_file, [*fields, "--reward", "regex:(unclosed"]),
-        "raises": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:divide"]),
-        "not_a_number": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:word"]),
-        "too_small": (csv_file, [*fields, "--val-size", "100", "--test-size", "68"]),
-        "too_long": (tmp_path / "long.jsonl", []),
-        "unknown_reward": (csv_file, [*fields, "--reward", "fuzzy"]),
-    }
+def bad_inputs(tmp_path, csv_file) -> dict:
+    """Each bad input: (data file, init options, what the one line says)."""
+    fields = ["--prompt-field", "q", "--answer-field", "a"]
     (tmp_path / "empty.csv").write_text("")
     (tmp_path / "bad.py").write_text("def divide(c, a):\n    return 1 / 0\n\ndef word(c, a):\n    return 'yes'\n")
     (tmp_path / "long.jsonl").write_text(json.dumps({"prompt": "word " * 9000, "answer": "1"}) + "\n"
                                          + "".join(json.dumps({"prompt": f"p{i}", "answer": "1"}) + "\n"
                                                    for i in range(20)))
+    return {
+        "missing": (tmp_path / "nope.jsonl", fields, "no such file"),
+        "empty": (tmp_path / "empty.csv", fields, "the file is empty"),
+        "unknown_field": (csv_file, ["--prompt-field", "question_text"],
+                          "has no column 'question_text' (--prompt-field); its columns: q, a, note"),
+        "no_guess": (csv_file, [], "no column looks like the prompt"),
+        "bad_regex": (csv_file, [*fields, "--reward", "regex:(unclosed"], "the pattern does not compile"),
+        "raises": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:divide"],
+                   "raised ZeroDivisionError"),
+        "not_a_number": (csv_file, [*fields, "--reward", f"python:{tmp_path / 'bad.py'}:word"], "returned 'yes'"),
+        "too_small": (csv_file, [*fields, "--val-size", "100", "--test-size", "68"], "the train split would be empty"),
+        "too_long": (tmp_path / "long.jsonl", [], "prompts do not fit the model's context"),
+        "unknown_reward": (csv_file, [*fields, "--reward", "fuzzy"], "choose one of exact, last-number"),
+    }
+
+
+OPTION_FIELDS = {"--prompt-field": "prompt_field", "--answer-field": "answer_field", "--reward": "reward",
+                 "--val-size": "val_size", "--test-size": "test_size"}
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "unknown_field", "no_guess", "bad_regex", "raises",
+                                  "not_a_number", "too_small", "too_long", "unknown_reward"])
+def test_bad_input_is_refused_before_anything_is_made(case, csv_file, tmp_path):
+    """In-process, as the CLI calls it (the CLI's own line is checked below)."""
+    from autorl.errors import DataFileError
+    from autorl.own_task.build import FromData, create_from_data
+
+    data, options, expected = bad_inputs(tmp_path, csv_file)[case]
+    pairs = dict(zip(options[::2], options[1::2]))
+    asked = {OPTION_FIELDS[k]: int(v) if k.endswith("size") else v for k, v in pairs.items()}
+    with pytest.raises(DataFileError) as refused:
+        create_from_data(tmp_path / "made", FromData(data, str(SMOLLM), **asked))
+    assert expected in str(refused.value) and "\n" not in str(refused.value)
+    assert not (tmp_path / "made").exists() and not list(tmp_path.glob(".made.partial-*"))
+
+
+@pytest.mark.parametrize(("case", "expected"), [
+    ("raises", "raised ZeroDivisionError"),
+    ("no_model", "--from-data needs --base-model"),
+    ("no_file", "--reward describes a data file: add --from-data FILE"),
+])
+def test_bad_input_gets_one_line_from_the_cli_and_creates_nothing(case, expected, csv_file, tmp_path):
+    folder = tmp_path / "made"
     if case == "no_model":
-        done = run_cli("init", str(folder), "--from-data", str(csv_file), *fields)
+        done = run_cli("init", str(folder), "--from-data", str(csv_file), "--prompt-field", "q")
     elif case == "no_file":
         done = run_cli("init", str(folder), "--reward", "last-number")
     else:
-        data, extra = options[case]
-        done = init(folder, data, *extra)
+        data, options, _ = bad_inputs(tmp_path, csv_file)[case]
+        done = init(folder, data, *options)
     assert done.returncode == 1, done.stdout + done.stderr
     message = done.stderr.strip()
     assert expected in " ".join(message.split()), message
