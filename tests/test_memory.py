@@ -51,6 +51,18 @@ def test_the_prompt_section_names_each_stage_by_session_and_node_with_its_noise(
     assert "## What went with the gain" in text and memory_text([], SPACE) == ""
 
 
+def test_a_stage_that_changed_many_values_says_it_cannot_credit_one_and_values_read_in_three_figures():
+    session = earlier()
+    session.tree.add(Node("n005", "n001", 2, {**DEFAULTS, "learning_rate": 1.2345678e-4, "temperature": 0.61234,
+                                              "beta": 0.04}, seed=1, proposer="tree", status=Status.SUCCEEDED,
+                          val_score=0.70, val_stderr=0.01, steps=20, comparison=Comparison(0.1, 0.012, 64, "better")))
+    text = memory_text([session], SPACE)
+    line = next(line for line in text.splitlines() if line.startswith("- alpha/n005 (stage 2"))
+    assert "learning_rate 0.0001 -> 0.000123" in line and "temperature " in line and "-> 0.612" in line
+    assert "(3 values changed at once: the stage cannot credit one of them)" in line
+    assert "- alpha (tree, 4 stages scored, 20 training steps in all)" in text
+
+
 def test_each_earlier_stage_warm_starts_the_study_once(tmp_path):
     trials = memory_trials([earlier()], SPACE)
     assert [(t["label"], round(t["value"], 3)) for t in trials] == [
