@@ -85,6 +85,10 @@ def test_policy_starts_fresh_roots_until_min_roots():
     scored(tree, "n001", None, 0.9)
     assert BestFirstPolicy(max_depth=3, min_roots=2).select(tree) is None  # a second first stage
     assert BestFirstPolicy(max_depth=3, min_roots=1).select(tree) == "n001"
+    assert BestFirstPolicy(max_depth=3, min_roots=2, exploration=0.0).select(tree, 5, 6) is None  # 6 stages: the rule
+    small = BestFirstPolicy(max_depth=3, min_roots=2, exploration=0.0)
+    assert small.select(tree, 2, 3) == "n001"  # on 3 stages a second root would cost a third of the budget
+    assert "first 2 stages start from the base model" not in small.reason(tree, "n001")
 
 
 def test_diagnosis_keeps_the_policy_off_unhealthy_nodes():
