@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import DataFileError
+from autorl.own_task import module_from_file
 from autorl.own_task.fields import ANSWER_NAMES, PROMPT_NAMES, pick_field
 from autorl.own_task.rewards import RewardSpec, check_on_rows, parse_reward
 from autorl.own_task.sizing import (
@@ -68,10 +68,7 @@ class Made:
 
 def prepare_module():
     """The generated template's own env/prepare.py: the split it ships is the split it can rebuild."""
-    spec = importlib.util.spec_from_file_location("autorl_own_task_prepare", SKELETON / "env" / "prepare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return module_from_file(SKELETON / "env" / "prepare.py", "autorl_own_task_prepare")
 
 
 def create_from_data(directory: Path, options: FromData) -> Made:
@@ -155,7 +152,7 @@ def check_lengths(folder: Path, parts: dict[str, list[dict]], tokenizer, facts: 
     """Every prompt, as the model will read it, fits its context with the longest completion."""
     if not facts.context:
         return
-    task = load_task(folder)
+    task = module_from_file(folder / "env" / "task.py", f"autorl_own_task_{os.getpid()}")
     longest, too_long = 0, 0
     for item in (i for part in parts.values() for i in part):
         prompt = task.chat(item["prompt"])
@@ -172,11 +169,6 @@ def check_lengths(folder: Path, parts: dict[str, list[dict]], tokenizer, facts: 
                             "completion; shorten or drop them")
 
 
-def load_task(folder: Path):
-    spec = importlib.util.spec_from_file_location(f"autorl_own_task_{os.getpid()}", folder / "env" / "task.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def toml_string(text: str) -> str:

@@ -11,15 +11,15 @@ data are each one line, before the template exists.
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import DataFileError
+from autorl.own_task import module_from_file
 
 KINDS = ("exact", "last-number", "contains", "regex:PATTERN", "python:FILE:FUNCTION")
+SKELETON_TASK = Path(__file__).resolve().parent / "skeleton" / "env" / "task.py"
 TRIAL_ROWS = 20  # a custom function is called on this many rows' answers before the template is written
 
 
@@ -82,10 +82,8 @@ def load_function(path: Path, function: str):
     """The user's reward function, loaded from its file the way env/task.py will."""
     if not path.is_file():
         raise DataFileError(f"--reward python:{path}:{function}: no such file {path}")
-    spec = importlib.util.spec_from_file_location("autorl_custom_reward", path)
-    module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        module = module_from_file(path, "autorl_custom_reward")
     except Exception as error:  # noqa: BLE001 - the user's file: any failure is theirs, in one line
         raise DataFileError(f"--reward python:{path}:{function}: importing {path.name} raised "
                             f"{type(error).__name__}: {error}") from None
@@ -96,21 +94,22 @@ def load_function(path: Path, function: str):
 
 
 def check_on_rows(spec: RewardSpec, items: list[dict]) -> None:
-    """Call a custom reward on the data's own answers: it must return a number in [0, 1]
-    and not raise, here rather than in the middle of a stage."""
+    """Call a custom reward on the data's own answers, through the check the generated
+    env/task.py applies to every value: it must not raise and must give a number in [0, 1],
+    here rather than in the middle of a stage."""
     if spec.kind != "python":
         return
-    function = load_function(spec.file, spec.function)
+    function, task = load_function(spec.file, spec.function), skeleton_task()
     for item in items[:TRIAL_ROWS]:
         for completion in (item["answer"], ""):
-            where = f"on the answer {item['answer'][:40]!r}" if completion else "on an empty reply"
             try:
-                value = function(completion, item["answer"])
-            except Exception as error:  # noqa: BLE001 - the user's function
+                task.as_reward(function(completion, item["answer"]), spec.function)
+            except Exception as error:  # noqa: BLE001 - the user's function, or a value it gave
+                where = f"on the answer {item['answer'][:40]!r}" if completion else "on an empty reply"
                 raise DataFileError(f"--reward python:{spec.file}:{spec.function} raised {type(error).__name__}: "
                                     f"{error} {where}") from None
-            if isinstance(value, bool):
-                continue
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
-                raise DataFileError(f"--reward python:{spec.file}:{spec.function} returned {value!r} {where}: a "
-                                    "reward must be a number in [0, 1]")
+
+
+def skeleton_task():
+    """The generated template's env/task.py (it reads its settings only when scoring)."""
+    return module_from_file(SKELETON_TASK, "autorl_own_task_skeleton_task")

@@ -109,13 +109,21 @@ def score(completion: str, answer: str) -> float:
         found = _regex_answer(reward["pattern"], part)
         return float(found is not None and normalise(found) == normalise(answer))
     if kind == "python":
-        value = custom_function()(part, answer)
-        if isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{reward['function']} returned {value!r}: a reward must be a number in [0, 1]")
-        return float(value)
+        return as_reward(custom_function()(part, answer), reward["function"])
     raise ValueError(f"unknown reward kind {kind!r} in env/task.toml")
+
+
+def as_reward(value, function: str) -> float:
+    """A custom function's value as a reward: a number in [0, 1] (True and False count as 1 and 0).
+
+    >>> as_reward(True, "f")
+    1.0
+    """
+    if isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{function} returned {value!r}: a reward must be a number in [0, 1]")
+    return float(value)
 
 
 def _text(completion) -> str:
