@@ -73,10 +73,10 @@ def values_changed(session: EarlierSession, node: Node) -> str:
     changed = {k: v for k, v in node.hyperparameters.items() if before.get(k) != v}
     if not changed:
         return "the parent's values"
-    together = f" ({len(changed)} values changed at once: the stage cannot credit one of them)" if len(changed) > 2 \
-        else ""
-    return "changed " + ", ".join(f"{k} {readable(before.get(k))} -> {readable(v)}" for k, v in changed.items()) + \
-        together
+    text = "changed " + ", ".join(f"{k} {readable(before.get(k))} -> {readable(v)}" for k, v in changed.items())
+    if len(changed) > 2:
+        text += f" ({len(changed)} values changed at once: the stage cannot credit one of them)"
+    return text
 
 
 def readable(value) -> str:

@@ -59,11 +59,11 @@ def _fitted(finding: Finding, space: SearchSpace, values: dict[str, Any], cap: i
 def _blocked(finding: Finding, space: SearchSpace, values: dict[str, Any], roles: list[str], otherwise: str
              ) -> Finding:
     """Say which suggested parameters are already at their largest; when all are, suggest ``otherwise``."""
-    stuck = [hit for role in roles if (hit := at_largest(space, values, role))]
+    stuck = dict(hit for role in roles if (hit := at_largest(space, values, role)))
     if not stuck:
         return finding
-    said = ", ".join(f"{name} is already at its largest ({value})" for name, value in stuck)
-    movable = [space.named(role) for role in roles if space.named(role) and space.named(role) not in dict(stuck)]
+    said = ", ".join(f"{name} is already at its largest ({value})" for name, value in stuck.items())
+    movable = [name for role in roles if (name := space.named(role)) and name not in stuck]
     advice = f"raise {', '.join(movable)}" if movable else otherwise
     return replace(finding, suggestion=f"{said}: {advice}")
 

@@ -189,11 +189,10 @@ def grad_norm_spikes(records) -> Finding | None:
     """Steps whose gradient norm (TRL logs it before clipping) stands far above the stage's
     typical one: both a multiple of the median and many median deviations, so a stage whose
     norms merely wander is not flagged."""
-    steps = [(int(r.get("step", i)), r["grad_norm"]) for i, r in enumerate(training_steps(records))
-             if isinstance(r.get("grad_norm"), (int, float))]
-    if len(steps) < 6:
+    norms = series(records, "grad_norm")
+    if len(norms) < 6:
         return None
-    norms = [g for _, g in steps]
+    steps = list(zip(_steps(records, "grad_norm"), norms))
     median = _median(norms)
     spread = _median([abs(g - median) for g in norms])
     threshold = max(SPIKE_RATIO * max(median, 1e-8), median + SPIKE_MADS * spread)
@@ -216,20 +215,19 @@ def grad_clipping(records) -> Finding | None:
     down by a similar factor at every step changes the update little (Adam divides by the
     gradient's running scale); what clipping does change is the weight of the steps whose
     gradients were largest, which count for less. Information, not a fault."""
-    steps = [r for r in training_steps(records) if isinstance(r.get("grad_norm"), (int, float))]
-    if len(steps) < 4:
+    norms, logged = series(records, "grad_norm"), series(records, "max_grad_norm")
+    if len(norms) < 4:
         return None
-    logged = [r["max_grad_norm"] for r in steps if isinstance(r.get("max_grad_norm"), (int, float))]
     limit = logged[-1] if logged else TRL_MAX_GRAD_NORM
-    if not limit or limit <= 0:
+    if limit <= 0:
         return None
-    share = sum(r["grad_norm"] > limit for r in steps) / len(steps)
+    share = sum(norm > limit for norm in norms) / len(norms)
     if share < CLIPPED_SHARE:
         return None
     source = "logged by the stage" if logged else "TRL's default; the stage did not log its own"
     return Finding("grad_clipping", "info",
                    f"the gradient norm exceeded max_grad_norm = {limit:g} ({source}) on {share:.0%} of steps "
-                   f"(median {_median([r['grad_norm'] for r in steps]):.3g}): those updates were clipped",
+                   f"(median {_median(norms):.3g}): those updates were clipped",
                    "nothing needed for that alone: AdamW normalises a uniformly clipped gradient, so the learning "
                    "rate still sets the step; clipping down-weights the steps with the largest gradients "
                    "(max_grad_norm in train.py's GRPOConfig)", _span(records, "grad_norm"),
