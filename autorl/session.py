@@ -20,6 +20,7 @@ from typing import Callable
 
 from autorl import faults
 from autorl.analysis.curves import curves_text, read_records, summarise_curves
+from autorl.analysis.noise import paired_comparison
 from autorl.config import LLM_STRATEGIES, TREE_STRATEGIES, SessionConfig
 from autorl.errors import ConfigError, SessionError
 from autorl.loop.approval import Gate
@@ -64,7 +65,7 @@ from search.proposers import (
     TpeProposer,
 )
 from search.steering import STEP
-from search.tree import Tree
+from search.tree import Comparison, Tree
 
 
 def new_session_name(topic: str) -> str:
@@ -123,11 +124,21 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
         policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
         memory=memory.text,
+        pair=partial(pair_on_items, nodes),
     )
     return LLMProposer(
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
         budget_text=budget.for_proposer, notify=notify, seed=seed,
     )
+
+
+def pair_on_items(nodes: Path, a: str, b: str) -> Comparison | None:
+    """Node ``a`` minus node ``b`` on the validation items both were scored on (None: the
+    items of one are not at hand)."""
+    items = [nodes / node_id / "eval_validation.json" for node_id in (a, b)]
+    if not all(path.is_file() for path in items):
+        return None
+    return paired_comparison(*(json.loads(path.read_text())["items"] for path in items))
 
 
 def llm_settings(config: SessionConfig, api_key: str | None) -> LLMSettings:

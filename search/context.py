@@ -13,7 +13,8 @@ The prompt is built in two parts, in this order, so that a provider's prompt cac
    ``hybrid``, whether TPE is still in its start-up; the tree (one line a node, an edited
    node with a summary of its diff), the stages in flight (proposed, not scored yet: never
    dropped, so a proposal does not repeat one blindly), what has mattered (fANOVA from
-   ``MIN_STAGES`` scored stages, a rough early estimate from ``EARLY_STAGES``), the tree
+   ``MIN_STAGES`` scored stages, a rough early estimate from ``EARLY_STAGES``), children
+   of one parent paired on the same items (``search/siblings.py``), the tree
    policy's pick with the reason for it, and a block for the pick, the best node and the
    nodes on its path (marked when they can no longer be extended) and the next best
    nodes (path, exact values, validation ± SE, the paired comparison with its parent,
@@ -24,12 +25,13 @@ The prompt is built in two parts, in this order, so that a provider's prompt cac
 Prompts are files in ``search/prompts/``; this module fills them in and keeps the user
 message within a token budget (about 4 characters a token), dropping the least useful
 parts first: the curves of lower-ranked blocks (the pick's, the best node's and its
-path's go last), then blocks, then tree lines and failures, then the middle of long
-diffs and of ``train.py``.
+path's go last), sibling pairs, then blocks, then tree lines and failures, then the
+middle of long diffs and of ``train.py``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template as Text
@@ -39,6 +41,7 @@ from search.edit_evidence import edits_text
 from search.importance import MIN_STAGES, fits, gains, gains_by_depth, importance_text, param_importance
 from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
+from search.siblings import siblings_text
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
 from search.tree import Comparison, Node, Status, Tree, depth_ceiling, findings_text, may_extend, verdict_margin
@@ -266,7 +269,7 @@ class ContextBuilder:
                  noise: Noise | None = None, max_depth: int = 3, hybrid: bool = False,
                  train_size: int | None = None, completions_per_step: int | None = None,
                  trl_version: str | None = None, policy: BestFirstPolicy | None = None, edit_options: str = "",
-                 memory: str = ""):
+                 memory: str = "", pair: Callable[[str, str], Comparison | None] = lambda a, b: None):
         self.program = program
         self.topic = topic
         self.space = space
@@ -283,6 +286,7 @@ class ContextBuilder:
         self.edit_options = edit_options  # the same: autorl/trainer_options.py
         self.policy = policy or BestFirstPolicy(max_depth)  # to say why the tree policy picked what it did
         self.memory = memory  # what earlier sessions on this template measured (search/earlier.py), or ""
+        self.pair = pair  # a sibling minus another on the validation items (the application reads them)
 
     # -- the part that never changes ------------------------------------------------------------
 
@@ -462,7 +466,23 @@ class ContextBuilder:
         return (f"The tree policy picks **{view.suggested or 'base'}**: {reason}. It is a rule of thumb, not a "
                 "verdict; you may choose any expandable node.")
 
-    def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str) -> str:
+    def sibling_lines(self, tree: Tree) -> list[str]:
+        """One line per pair of children of one parent, paired on the validation items."""
+        sibling_sd = math.sqrt(2) * (self.noise.stage_sd or 0.0)  # each sibling trained with a seed of its own
+        text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd))
+        return text.splitlines() if text else []
+
+    @staticmethod
+    def siblings_section(lines: list[str], shown: int) -> str:
+        if not lines or not shown:
+            return ""
+        omitted = [f"- … {len(lines) - shown} more pairs omitted"] if len(lines) > shown else []
+        return ("\n\n# Siblings: children of one parent, paired\n\nTwo children of one parent start from the same "
+                "checkpoint and are scored on the same items, so their paired difference credits what differs "
+                "between them; each trained with a seed of its own, so a verdict needs √2 × the stage spread.\n"
+                + "\n".join(lines[:shown] + omitted))
+
+    def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str, siblings: list[str] = ()) -> str:
         base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
         shown = self.detailed(tree, view)[: shape["blocks"]]
         with_curves = self.curve_order(tree, shown)[: shape["curves"]]
@@ -477,6 +497,7 @@ class ContextBuilder:
                     if view.timeouts else "")
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
+            siblings=self.siblings_section(list(siblings), shape["siblings"]),
             winner=self.winner_text(tree), tpe=self.tpe_text(tree),
             edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
@@ -489,8 +510,9 @@ class ContextBuilder:
         budget_chars = self.max_tokens * CHARS_PER_TOKEN
         static = self.static(tree)
         mattered = mattered_text(tree, self.space)  # once: it fits a forest
+        siblings = self.sibling_lines(tree)  # once: it reads evaluation items
         for shape in SHAPES:
-            user = static + "\n\n" + self.dynamic(tree, view, shape, mattered)
+            user = static + "\n\n" + self.dynamic(tree, view, shape, mattered, siblings)
             if len(user) <= budget_chars:
                 break
         if len(user) > budget_chars:  # only train.py can still be too long: keep its head and tail
@@ -498,18 +520,18 @@ class ContextBuilder:
             middle = len(self.train_py) // 2
             shortened = (self.train_py[: max(0, middle - excess // 2)] + "\n# … (middle omitted) …\n"
                          + self.train_py[middle + excess // 2:])
-            user = self.static(tree, shortened) + "\n\n" + self.dynamic(tree, view, SHAPES[-1], mattered)
+            user = self.static(tree, shortened) + "\n\n" + self.dynamic(tree, view, SHAPES[-1], mattered, siblings)
         return [{"role": "system", "content": self.system()}, {"role": "user", "content": user}]
 
 
 # From the fullest prompt to the leanest: what is dropped first comes first.
 SHAPES = [
-    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10},
-    {"blocks": 5, "curves": 3, "lines": 20, "failures": 5, "edits": 8},
-    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5},
-    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3},
-    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2},
-    {"blocks": 1, "curves": 0, "lines": 2, "failures": 0, "edits": 1},
+    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10, "siblings": 6},
+    {"blocks": 5, "curves": 3, "lines": 20, "failures": 5, "edits": 8, "siblings": 3},
+    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5, "siblings": 0},
+    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3, "siblings": 0},
+    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2, "siblings": 0},
+    {"blocks": 1, "curves": 0, "lines": 2, "failures": 0, "edits": 1, "siblings": 0},
 ]
 
 

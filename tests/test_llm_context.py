@@ -188,8 +188,9 @@ def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
 
 @pytest.mark.slow
 def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_path, runs_dir):
-    """3 stages of `--strategy llm` against the loopback server: the 2nd and 3rd requests carry
-    the earlier stages' curve summaries and diagnoses, read from the session's own records."""
+    """5 stages of `--strategy llm` against the loopback server: the 2nd and 3rd requests carry
+    the earlier stages' curve summaries and diagnoses, read from the session's own records;
+    the 5th pairs two children of n001 on the validation items they were scored on."""
     from conftest import make_template, run_cli
     from llm_server import LLMServer, ScriptedLLM
 
@@ -199,17 +200,21 @@ def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_pa
         return json.dumps({"parent": parent, "hyperparameters": {**DEFAULTS, "temperature": temperature}, "edit": [],
                            "rationale": "test", "expected_effect": "none"})
 
-    llm = ScriptedLLM().add(reply("base", 0.9), reply("n001", 1.1), reply("n002", 0.8))
+    llm = ScriptedLLM().add(reply("base", 0.9), reply("n001", 1.1), reply("n002", 0.8), reply("n001", 0.7),
+                            reply("n001", 0.6))
     with LLMServer(llm) as server:
-        done = run_cli("research", "t", "--template", str(template), "--stages", "3", "--strategy", "llm",
+        done = run_cli("research", "t", "--template", str(template), "--stages", "5", "--strategy", "llm",
                        "--name", "seen", "--llm", "scripted", "--llm-base-url", server.url, "--llm-timeout", "5",
                        env={"OPENAI_API_KEY": "sk-test"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(run_cli("show", "seen", "--json").stdout)
-    assert [n["proposer"] for n in data["nodes"]] == ["llm"] * 3
-    assert [n["parent"] for n in data["nodes"]] == [None, "n001", "n002"]
+    assert [n["proposer"] for n in data["nodes"]] == ["llm"] * 5
+    assert [n["parent"] for n in data["nodes"]] == [None, "n001", "n002", "n001", "n001"]
     prompts = [request["messages"][1]["content"] for request in llm.requests]
-    assert len(prompts) == 3 and "No stage has run yet." in prompts[0]
+    assert len(prompts) == 5 and "No stage has run yet." in prompts[0]
+    assert "# Siblings" not in prompts[3]
+    pair = next(line for line in siblings_section(prompts[4]).splitlines() if line.startswith("- n00"))
+    assert "(both from n001)" in pair and "paired on " in pair and "they differ in: temperature " in pair
     for later, node, temperature in ((prompts[1], "n001", "0.9"), (prompts[2], "n002", "1.1")):
         shown = block(later, node)
         assert f"- curves of its stage (rollouts at temperature {temperature}):\n  - reward: mean by " in shown
@@ -431,3 +436,47 @@ def test_the_space_states_each_near_repeat_band_in_the_parameter_s_units():
     assert "(log scale); near-repeat band ×" in lr
     temperature = next(line for line in prompt.splitlines() if line.startswith("- `temperature`"))
     assert "near-repeat band ±" in temperature
+
+
+def siblings_section(prompt: str) -> str:
+    start = prompt.index("# Siblings: children of one parent, paired")
+    return prompt[start: prompt.index("\n# ", start + 1)]
+
+
+def test_two_children_of_one_parent_are_compared_paired_with_what_differs():
+    tree = hand_built_tree()
+    tree.add(Node("n005", "n001", 2, {**DEFAULTS, "temperature": 0.7}, seed=5, proposer="llm", commit="root",
+                  status=Status.SUCCEEDED, val_score=0.590, val_stderr=0.015, steps=20))
+    asked = []
+
+    def pair(a, b):
+        asked.append((a, b))
+        return Comparison(0.031, 0.008, 1000, "better")
+
+    builder = context()
+    builder.pair = pair
+    view = PromptView(suggested="n002", expandable=[None, "n001", "n002"], budget="4 of 8 stages spent")
+    section = siblings_section(builder.messages(tree, view)[1]["content"])
+    assert asked == [("n002", "n005")]  # the better sibling first, asked once whatever the prompt's shape
+    line = section.splitlines()[-1]
+    # each sibling carries its own training noise: 2·√(0.008² + (√2·0.012)²) = 0.038
+    assert line.startswith("- n002 − n005 (both from n001): +0.031 ± 0.008 paired on 1000 items → tie (beyond ±0.038)")
+    assert f"temperature {DEFAULTS['temperature']:.3g} vs 0.7" in line
+    assert "train.py edited by its proposal vs the parent's" in line
+
+
+def test_no_siblings_section_without_two_scored_children_of_one_parent():
+    prompt = user_prompt(hand_built_tree())  # n001's other child failed
+    assert "# Siblings" not in prompt
+
+
+def test_siblings_are_paired_on_the_items_both_were_scored_on(tmp_path):
+    from autorl.session import pair_on_items
+
+    for node_id, correct in (("n002", [1, 1, 0, 1] * 50), ("n005", [1, 0, 0, 1] * 50)):
+        (tmp_path / node_id).mkdir()
+        items = [{"id": str(i), "correct": c} for i, c in enumerate(correct)]
+        (tmp_path / node_id / "eval_validation.json").write_text(json.dumps({"items": items}))
+    comparison = pair_on_items(tmp_path, "n002", "n005")
+    assert comparison.n == 200 and comparison.delta == pytest.approx(0.25)
+    assert pair_on_items(tmp_path, "n002", "n009") is None  # not scored here: the prompt says unpaired
