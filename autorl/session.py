@@ -123,7 +123,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         trl_version=metadata.version("trl"),  # read here: search/ never imports trl
         edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
         policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
-        memory=memory.text,
+        memory=memory.prompt_text(),
         pair=partial(pair_on_items, nodes),
     )
     return LLMProposer(

@@ -39,12 +39,23 @@ from typing import Callable
 
 from search.edit_evidence import edits_text
 from search.importance import MIN_STAGES, fits, gains, gains_by_depth, importance_text, param_importance
+from search.memory import RELATIVE_DROP, learning_rate_limit
 from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
 from search.siblings import siblings_text
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
-from search.tree import Comparison, Node, Status, Tree, depth_ceiling, findings_text, may_extend, verdict_margin
+from search.tree import (
+    Comparison,
+    Finding,
+    Node,
+    Status,
+    Tree,
+    depth_ceiling,
+    findings_text,
+    may_extend,
+    verdict_margin,
+)
 
 PROMPTS = Path(__file__).with_name("prompts")
 CHARS_PER_TOKEN = 4
@@ -375,6 +386,16 @@ class ContextBuilder:
         return text + (f" At or past the limit and still improving (may be extended): {', '.join(improving)}."
                        if improving else "")
 
+    def limit_text(self, tree: Tree) -> str:
+        """The learning rates the session refuses after a collapse, said before a proposal needs it."""
+        if self.space.named("learning_rate") is None:
+            return ""
+        limit = learning_rate_limit(tree, self.space)
+        if limit is None:
+            return f"\nLearning-rate limit: none (no collapse yet: {RELATIVE_DROP:.0%} below the parent)."
+
+        return f"\nLearning-rate limit: {limit.evidence}; a proposal at or above {limit.value:.3g} is sent back."
+
     def winner_text(self, tree: Tree) -> str:
         """Which node the session's result is: the best by validation, scored once on test at the end."""
         rule = ("At the end, the node with the best validation score (ties: the earlier one) is scored once on the "
@@ -430,6 +451,25 @@ class ContextBuilder:
                          else "cannot be extended")
         return roles
 
+    @staticmethod
+    def everywhere(tree: Tree) -> dict[str, Finding]:
+        """The information-only findings every scored stage shows (two or more), by name, each
+        with the best node's instance: said once above the blocks, not in every one."""
+        scored = sorted(tree.scored(), key=lambda n: n.val_score, reverse=True)
+        if len(scored) < 2:
+            return {}
+        names = set.intersection(*({f.name for f in n.diagnosis if f.severity == "info"} for n in scored))
+        return {f.name: f for f in scored[0].diagnosis if f.name in names}
+
+    @staticmethod
+    def everywhere_text(tree: Tree, shared: dict[str, Finding]) -> str:
+        if not shared:
+            return ""
+        best = max(tree.scored(), key=lambda n: n.val_score)
+        lines = [f"- {f.name} ({f.severity}) on all {len(tree.scored())} scored stages; at {best.id}: {f.evidence}; "
+                 f"try: {f.suggestion}" for f in shared.values()]
+        return "Every scored stage shows (not repeated in the blocks below):\n" + "\n".join(lines) + "\n\n"
+
     def candidate_block(self, tree: Tree, node_id: str | None, view: PromptView, curves: bool) -> str:
         roles = self.roles(tree, node_id, view)
         heading = (" — " + "; ".join(roles)) if roles else ""
@@ -448,7 +488,10 @@ class ContextBuilder:
                          f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}{self.beyond(c)}")
         if node.rationale:
             lines.append(f"- why it was proposed: {_clip_words(node.rationale, RATIONALE_CHARS)}")
-        lines.append("- diagnosis:\n" + _indent(findings_text(node.diagnosis)))
+        shared = self.everywhere(tree)
+        own = [f for f in node.diagnosis if f.name not in shared]
+        lines.append("- diagnosis:\n" + _indent(findings_text(own) if own or not node.diagnosis else
+                                                 "nothing beyond what every stage shows"))
         if curves:
             temperature = self.space.named("temperature")
             value = node.hyperparameters.get(temperature) if temperature else None
@@ -496,13 +539,15 @@ class ContextBuilder:
         timeouts = ("\n\n# Your requests that timed out\n\n" + "\n".join(f"- {t}" for t in view.timeouts[-5:])
                     if view.timeouts else "")
         return prompt(
-            "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree), mattered=mattered,
+            "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree) + self.limit_text(tree),
+            mattered=mattered,
             siblings=self.siblings_section(list(siblings), shape["siblings"]),
             winner=self.winner_text(tree), tpe=self.tpe_text(tree),
             edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
             pick=self.pick_text(tree, view), expandable=expandable,
-            candidates="\n\n".join(blocks) or "(none yet: the first stage starts from the base model)",
+            candidates=self.everywhere_text(tree, self.everywhere(tree))
+            + ("\n\n".join(blocks) or "(none yet: the first stage starts from the base model)"),
             timeouts=timeouts, feedback=feedback,
         ).strip()
 

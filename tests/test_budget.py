@@ -96,3 +96,17 @@ def test_the_proposer_is_told_how_the_session_ends():
     assert "A stage of more than 150 steps leaves fewer than 10 and is the last" in roomy.for_proposer()
     two_of_three = Budget(max_stages=3, spent_stages=2)
     assert "This proposal is the last stage" in two_of_three.for_proposer()
+
+
+def test_the_budget_line_names_the_stage_lengths_the_space_allows():
+    """With 40 steps left and stages of 10, 20 or 40, "more than 30 is the last" names a length no
+    stage has: the line says which of the allowed lengths leave room."""
+    choices = {"min_stage_steps": 10, "step_choices": (10, 20, 40)}
+    forty_left = Budget(max_train_steps=160, spent_train_steps=120, **choices).for_proposer()
+    assert forty_left.endswith("Of the stage lengths the space allows, 10 or 20 steps leave room for another stage "
+                               "whose result you will see; 40 steps is the last.")
+    assert "more than 30" not in forty_left
+    twenty_five_left = Budget(max_train_steps=160, spent_train_steps=135, **choices).for_proposer()
+    assert twenty_five_left.endswith("10 steps leaves room for another stage whose result you will see; 20 steps is "
+                                     "the last.")
+    assert "Of the stage lengths" not in Budget(max_train_steps=160, **choices).for_proposer()  # every one leaves room

@@ -128,11 +128,12 @@ def test_the_templates_count_constant_groups_with_a_tolerance():
     train = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train)
     thirds = [lambda completions, **kw: [1 / 3] * 4 + [0.1, 0.2, 0.3, 0.4], lambda completions, **kw: [0.2] * 8]
-    groups = train.ConstantGroups(thirds, group_size=4)
-    for func in groups.funcs:
+    thirds[0].__name__ = "correctness_reward"
+    rollouts = train.RolloutStats(thirds, group_size=4)
+    for func in rollouts.funcs:
         func(["c"] * 8)
-    assert groups.take() == 0.5 and groups.take() is None
-    assert [f.__name__ for f in groups.funcs] == ["<lambda>", "<lambda>"]
+    assert rollouts.take()["frac_reward_constant"] == 0.5 and rollouts.take() == {}
+    assert [f.__name__ for f in rollouts.funcs] == ["correctness_reward", "<lambda>"]
 
 
 def test_a_kl_blowup_that_costs_validation_is_the_critical_finding_not_reward_hacking():
@@ -259,3 +260,25 @@ def test_advice_names_only_moves_the_space_has_left():
                                                   "at most 12 tokens ([eval] max_new_tokens)")
     roomy = {f.name: f.suggestion for f in fit_to_space(found, space, space.defaults(), eval_token_cap=None)}
     assert roomy == {f.name: f.suggestion for f in found}
+
+
+def test_digitsort_logs_its_rollouts_exact_match_beside_the_partial_credit():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "templates/digitsort/train.py"
+    spec = importlib.util.spec_from_file_location("digitsort_train", path)
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+
+    def correctness_reward(completions, **kw):
+        return [1.0, 0.5, 0.25, 1.0, 0.0, 1.0, 0.5, 0.5]
+
+    def format_reward(completions, **kw):
+        return [0.25] * 8
+
+    rollouts = train.RolloutStats([correctness_reward, format_reward], group_size=4)
+    for func in rollouts.funcs:
+        func(["c"] * 8)
+    assert rollouts.take() == {"frac_reward_constant": 0.0, "exact_match": 3 / 8}
+    assert rollouts.take() == {}  # nothing scored since

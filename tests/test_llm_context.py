@@ -287,8 +287,8 @@ def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s():
                       status=Status.SUCCEEDED, val_score=0.5 + (0.2 if i == 13 else i / 1000), val_stderr=0.015,
                       rationale="x" * 300))
     expandable = [None] + [n.id for n in tree.scored() if n.depth < 3]
-    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4600)
-    assert len(prompt) <= 4600 * 4
+    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4800)
+    assert len(prompt) <= 4800 * 4
     assert block(prompt, "n013").startswith("## n013 — best validation so far; at the depth limit")
     assert "curve of n013" in block(prompt, "n013") and "curve of n002" in block(prompt, "n002")
     assert "curve of n030" not in prompt  # lower nodes lose their curves (and blocks) first
@@ -480,3 +480,30 @@ def test_siblings_are_paired_on_the_items_both_were_scored_on(tmp_path):
     comparison = pair_on_items(tmp_path, "n002", "n005")
     assert comparison.n == 200 and comparison.delta == pytest.approx(0.25)
     assert pair_on_items(tmp_path, "n002", "n009") is None  # not scored here: the prompt says unpaired
+
+
+def test_a_finding_every_stage_shows_is_said_once_above_the_blocks():
+    clipping = Finding("grad_clipping", "info", "clipped on 90% of steps", "nothing needed")
+    tree = hand_built_tree()
+    tree.nodes["n001"].diagnosis = [COLLAPSE, clipping]
+    for node_id in ("n002", "n003"):
+        tree.nodes[node_id].diagnosis = [clipping]
+    prompt = user_prompt(tree)
+    assert prompt.count("clipped on 90% of steps") == 1
+    assert "- grad_clipping (info) on all 3 scored stages; at n003: clipped on 90% of steps" in prompt
+    assert "entropy_collapse (critical)" in block(prompt, "n001") and "grad_clipping" not in block(prompt, "n001")
+    assert "nothing beyond what every stage shows" in block(prompt, "n002")
+    tree.nodes["n002"].diagnosis = []  # no longer on every stage: back in each block that has it
+    prompt = user_prompt(tree)
+    assert "grad_clipping (info): clipped on 90% of steps" in block(prompt, "n001")
+    assert "Every scored stage shows" not in prompt
+
+
+def test_the_learning_rate_limit_is_stated_before_a_proposal_needs_it():
+    tree = hand_built_tree()
+    assert "Learning-rate limit: none (no collapse yet" in user_prompt(tree)
+    tree.add(Node("n005", "n001", 2, {**DEFAULTS, "learning_rate": 5e-4}, seed=5, proposer="llm", commit="root",
+                  status=Status.SUCCEEDED, val_score=0.20, val_stderr=0.013, steps=20))
+    line = next(line for line in user_prompt(tree).splitlines() if line.startswith("Learning-rate limit:"))
+    assert "n005 collapsed at learning_rate=0.0005 (validation fell from 0.601 to 0.200)" in line
+    assert line.endswith("a proposal at or above 0.00035 is sent back.")

@@ -122,3 +122,11 @@ def test_a_session_reads_the_earlier_sessions_on_its_template_and_only_those(fas
     section = prompt.split("# What earlier sessions on this template measured")[1].split("# Search space")[0]
     assert "first/n001" in section and "second/n001" in section and "off/n001" in section
     assert "elsewhere" not in section
+
+
+def test_the_prompt_says_why_there_is_no_memory_section():
+    from autorl.storage.earlier_sessions import Memory
+
+    assert "memory is off for this session" in Memory(mode="off").prompt_text()
+    assert "no earlier session on this template is in this store" in Memory(mode="on").prompt_text()
+    assert Memory(mode="on", text="## Sessions\n- s1").prompt_text() == "## Sessions\n- s1"

@@ -12,7 +12,7 @@ KEY_CURVES = ("reward", "reward_std", "entropy", "kl", "completions/mean_length"
 ROUTINE = {"step", "loss", "learning_rate", "num_tokens", "epoch", "step_time", "completions/min_length",
            "completions/max_length", "completions/mean_terminated_length", "completions/min_terminated_length",
            "completions/max_terminated_length", "train_runtime", "train_samples_per_second", "train_steps_per_second",
-           "train_loss", "total_flos"}
+           "train_loss", "total_flos", "max_grad_norm"}  # max_grad_norm: a setting, logged for the diagnosis
 
 
 def read_records(path: Path) -> list[dict]:
@@ -78,6 +78,8 @@ def curve_keys(records: list[dict]) -> tuple[str, ...]:
     ('reward', 'rewards/format/mean')
     """
     logged = dict.fromkeys(k for r in training_steps(records) for k, v in r.items() if isinstance(v, (int, float)))
+    if "frac_reward_constant" in logged:  # the template's exact count supersedes TRL's float comparison
+        logged.pop("frac_reward_zero_std", None)
     extra = [k for k in logged if k not in KEY_CURVES and k not in ROUTINE and not k.startswith("clip_ratio/")
              and not (k.startswith("rewards/") and k.endswith("/std"))]
     return tuple(k for k in KEY_CURVES if k in logged) + tuple(extra)

@@ -21,7 +21,16 @@ from autorl.loop.goals import Goals
 def session_budget(config, template, goals: Goals | None = None) -> "Budget":
     """The budget a session's options give, for a template's stage lengths."""
     return Budget(config.stages, config.time_budget_s, config.train_steps,
-                  min_stage_steps=template.stage_step_choices()[0], goals=goals or Goals())
+                  min_stage_steps=template.stage_step_choices()[0], goals=goals or Goals(),
+                  step_choices=tuple(template.stage_step_choices()))
+
+
+MAX_NAMED_CHOICES = 8  # stage lengths named one by one in the proposer's budget line
+
+
+def _either(values: list[int]) -> str:
+    words = [f"{v} steps" if i == len(values) - 1 else str(v) for i, v in enumerate(values)]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
 @dataclass
@@ -35,6 +44,7 @@ class Budget:
     reserved: dict[str, int] = field(default_factory=dict)  # node id -> steps reserved while it runs
     started: float = field(default_factory=time.monotonic)
     goals: Goals = field(default_factory=Goals)  # a target or patience may end the session sooner
+    step_choices: tuple[int, ...] = ()  # every stage length the space allows (named when they are few)
 
     @property
     def elapsed(self) -> float:
@@ -125,8 +135,21 @@ class Budget:
         if left < 2 * self.min_stage_steps:
             return last
         room = left - self.min_stage_steps
+        if self.step_choices and len(self.step_choices) <= MAX_NAMED_CHOICES:
+            return self.named_choices_note(left)
         return (f" A stage of more than {room} steps leaves fewer than {self.min_stage_steps} and is the last; one of "
                 f"{room} or fewer leaves room for another whose result you will see.")
+
+    def named_choices_note(self, left: int) -> str:
+        """The same, in the stage lengths the space allows: a threshold none of them sits at misleads."""
+        fitting = [c for c in self.step_choices if c <= left]
+        room = [c for c in fitting if left - c >= self.min_stage_steps]
+        last = [c for c in fitting if left - c < self.min_stage_steps]
+        if not last:
+            return ""
+        verb = "leaves" if len(room) == 1 else "leave"
+        return (f" Of the stage lengths the space allows, {_either(room)} {verb} room for another stage whose result "
+                f"you will see; {_either(last)} is the last.")
 
     def describe(self) -> str:
         parts = []

@@ -57,6 +57,14 @@ class Memory:
         return (f"read {len(self.sessions)} earlier session{'s' * (len(self.sessions) > 1)} on this template: {named}; "
                 f"{len(self.trials)} stages warm-start TPE")
 
+    def prompt_text(self) -> str:
+        """The LLM prompt's section, or why it is empty: a brief may promise memory."""
+        if self.text.strip():
+            return self.text
+        if self.mode != "on":
+            return "None shown: memory is off for this session (`--memory off`)."
+        return "None: memory is on, and no earlier session on this template is in this store."
+
     def save(self, folder: Path) -> Path:
         path = folder / MEMORY_FILE
         path.write_text(json.dumps(asdict(self), indent=1))

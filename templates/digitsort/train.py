@@ -31,15 +31,19 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from env import task  # noqa: E402
 
 
-class ConstantGroups:
-    """The share of prompt groups whose completions all got the same total reward, from the
-    per-completion rewards with a tolerance: TRL's ``frac_reward_zero_std`` compares a
-    float32 std with zero and misses groups whose rewards are not exact in binary."""
+class RolloutStats:
+    """What TRL does not log about the rollouts, from each reward function's per-completion values:
+    the share of prompt groups whose completions all got the same total reward (TRL's
+    ``frac_reward_zero_std`` compares a float32 std with zero and misses groups whose rewards
+    are not exact in binary), and the share of completions exactly right (correctness 1.0):
+    the evaluator's metric at the sampling temperature, which a partial-credit reward's mean is not."""
 
     def __init__(self, reward_funcs, group_size: int):
         self.group_size = group_size
+        self.correctness = [func.__name__ for func in reward_funcs].index("correctness_reward")
         self.batch: list[list[float]] = []  # each reward function's values for the batch being scored
-        self.fractions: list[float] = []
+        self.constant: list[float] = []
+        self.exact: list[float] = []
         self.funcs = [self.watch(func) for func in reward_funcs]
 
     def watch(self, func):
@@ -55,24 +59,28 @@ class ConstantGroups:
 
     def close_batch(self) -> None:
         totals = [sum(values) for values in zip(*self.batch)]
+        correctness = self.batch[self.correctness]
         self.batch = []
+        if correctness:
+            self.exact.append(sum(value >= 1.0 for value in correctness) / len(correctness))
         groups = [totals[i:i + self.group_size] for i in range(0, len(totals), self.group_size)]
         if groups:
             constant = [max(g) - min(g) <= 1e-6 * max(1.0, *map(abs, g)) for g in groups]
-            self.fractions.append(sum(constant) / len(constant))
+            self.constant.append(sum(constant) / len(constant))
 
-    def take(self) -> float | None:
-        """The mean share since the last call (None when nothing was scored)."""
-        fractions, self.fractions = self.fractions, []
-        return sum(fractions) / len(fractions) if fractions else None
+    def take(self) -> dict:
+        """The mean shares since the last call (none when nothing was scored)."""
+        shares = {"frac_reward_constant": self.constant, "exact_match": self.exact}
+        self.constant, self.exact = [], []
+        return {name: sum(values) / len(values) for name, values in shares.items() if values}
 
 
 class JsonlMetrics(TrainerCallback):
     """Append every log TRL emits to a JSON-lines file, flushed at once."""
 
-    def __init__(self, path: Path, groups: ConstantGroups):
+    def __init__(self, path: Path, rollouts: RolloutStats):
         self.path = path
-        self.groups = groups
+        self.rollouts = rollouts
         self.last: dict = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -82,9 +90,7 @@ class JsonlMetrics(TrainerCallback):
         if "grad_norm" in record:  # the clip the norm is measured against (the diagnosis reads both)
             record["max_grad_norm"] = args.max_grad_norm
         if "reward" in record:
-            constant = self.groups.take()
-            if constant is not None:
-                record["frac_reward_constant"] = constant
+            record.update(self.rollouts.take())
             self.last = record
         with self.path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -129,12 +135,12 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(spec["init_checkpoint"])
     model = AutoModelForCausalLM.from_pretrained(spec["init_checkpoint"], use_safetensors=True)
     dataset = Dataset.from_list(task.problems("train", constants["stage"]["train_size"], seed_offset=spec["seed"]))
-    groups = ConstantGroups(task.REWARD_FUNCS, spec["hyperparameters"]["num_generations"])
-    metrics = JsonlMetrics(Path(spec["metrics_path"]), groups)
+    rollouts = RolloutStats(task.REWARD_FUNCS, spec["hyperparameters"]["num_generations"])
+    metrics = JsonlMetrics(Path(spec["metrics_path"]), rollouts)
 
     trainer = GRPOTrainer(
         model=model,
-        reward_funcs=groups.funcs,
+        reward_funcs=rollouts.funcs,
         args=build_config(spec, constants),
         train_dataset=dataset,
         processing_class=tokenizer,
