@@ -26,6 +26,11 @@ RELEVANT = ("lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay",
             "mask_truncated_completions", "top_entropy_quantile", "top_p", "top_k", "min_p",
             "repetition_penalty", "steps_per_generation")
 HELP_CHARS = 150
+# What TRL's help does not say: the PPO-style clip acts on the ratio of the policy being updated to
+# the one that sampled, which is 1 when each generation feeds one optimizer step once.
+INERT_WITHOUT_REUSE = ("epsilon", "epsilon_high", "delta")
+REUSE_NOTE = ("inert while each batch of completions trains one optimizer step once (num_iterations 1 and "
+              "steps_per_generation equal to gradient_accumulation_steps, the defaults): the ratio is then 1")
 
 
 @dataclass(frozen=True)
@@ -85,5 +90,6 @@ def edit_options_text(train_py: str, options: dict[str, Option] | None = None) -
     for name in RELEVANT:
         if name in options and not re.search(rf"\b{name}\s*=", train_py):
             option = options[name]
-            lines.append(f"  - `{name}` = {option.default}" + (f": {option.help}" if option.help else ""))
+            note = f" ({REUSE_NOTE})" if name in INERT_WITHOUT_REUSE else ""
+            lines.append(f"  - `{name}` = {option.default}" + (f": {option.help}" if option.help else "") + note)
     return "\n".join(lines)

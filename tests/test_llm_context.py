@@ -417,6 +417,8 @@ def test_the_trainer_options_an_edit_can_set_are_the_installed_ones_train_py_lea
     assert "`lr_scheduler_type` = 'linear': The learning rate scheduler type to use." in text
     assert "- `learning_rate`" not in text and "`num_iterations` = 1" in text  # train.py passes the first
     assert "warmup_ratio" not in text or "warmup_ratio" in options  # only what this version has
+    epsilon = next(line for line in text.splitlines() if line.startswith("  - `epsilon` ="))
+    assert "inert while each batch of completions trains one optimizer step once" in epsilon  # the ratio is 1
     prompt = ContextBuilder(TEMPLATE.program, "t", TEMPLATE.space, curves=lambda n: "", train_py=train_py,
                             trl_version=metadata.version("trl"), edit_options=text).static(Tree())
     assert "Trainer options train.py leaves at their defaults" in prompt and "`epsilon_high` = None" in prompt
