@@ -277,7 +277,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     tracker.log_artifacts(run_id, [template.path / "space.toml", config.session_dir / "frozen_hashes.json"])
     files = SessionFiles(tracker, run_id, config.session_dir, session_journal(config))
     files.save_workspace(workspace.path)
-    memory = read_memory(tracker, fingerprint, template.space, run_id) if config.memory == "on" else Memory("off")
+    memory = (read_memory(tracker, fingerprint, template.space, run_id, config.seed) if config.memory == "on"
+              else Memory("off"))
     files.save_memory(memory)
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock, files)

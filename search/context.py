@@ -573,9 +573,9 @@ class ContextBuilder:
 SHAPES = [
     {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10, "siblings": 6},
     {"blocks": 5, "curves": 3, "lines": 20, "failures": 5, "edits": 8, "siblings": 3},
-    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5, "siblings": 0},
-    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3, "siblings": 0},
-    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2, "siblings": 0},
+    {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5, "siblings": 2},
+    {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3, "siblings": 1},
+    {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2, "siblings": 1},
     {"blocks": 1, "curves": 0, "lines": 2, "failures": 0, "edits": 1, "siblings": 0},
 ]
 

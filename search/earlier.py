@@ -44,6 +44,7 @@ class EarlierSession:
     test_score: float | None = None  # its winner's, when it finished
     test_stderr: float | None = None
     diffs: dict[str, str] = field(default_factory=dict)  # node id -> its train.py diff, for edited nodes
+    seed: int | None = None  # its --seed: a stage's training seed follows from it and the node's number
 
     @property
     def stages(self) -> int:
@@ -92,9 +93,10 @@ def stage_line(session: EarlierSession, node: Node) -> str:
             f"{node.val_score:.3f}, {delta:+.3f} ± {noise:.3f} against its parent{verdict}")
 
 
-def sessions_text(sessions: list[EarlierSession]) -> str:
+def sessions_text(sessions: list[EarlierSession], seed: int | None = None) -> str:
     lines = []
     for s in sessions:
+        same = ", the same --seed as this session" if seed is not None and s.seed == seed else ""
         best = s.tree.best()
         won = (f"best validation {best.val_score:.3f} ± {best.val_stderr or 0:.3f} at {label(s, best)} "
                f"(stage {best.depth})" if best else "no stage scored")
@@ -102,7 +104,7 @@ def sessions_text(sessions: list[EarlierSession]) -> str:
         base = f"base {s.tree.base_score:.3f}; " if s.tree.base_score is not None else ""
         steps = sum(n.steps or 0 for n in s.tree.nodes.values())
         spent = f", {steps} training steps in all" if steps else ""
-        lines.append(f"- {s.name} ({s.strategy}, {s.stages} stages scored{spent}): {base}{won}{test}")
+        lines.append(f"- {s.name} ({s.strategy}, {s.stages} stages scored{spent}{same}): {base}{won}{test}")
     return "\n".join(lines)
 
 
@@ -163,17 +165,23 @@ def forest(sessions: list[EarlierSession]) -> Tree:
     return merged
 
 
-def memory_text(sessions: list[EarlierSession], space: SearchSpace) -> str:
-    """The prompt's section on earlier sessions (empty when there are none)."""
+def memory_text(sessions: list[EarlierSession], space: SearchSpace, seed: int | None = None) -> str:
+    """The prompt's section on earlier sessions (empty when there are none). ``seed``: this
+    session's --seed, so that a session with the same one is named as such."""
     if not sessions:
         return ""
     stages = sum(s.stages for s in sessions)
+    same = [s.name for s in sessions if seed is not None and s.seed == seed]
+    seeds = ("They ran other seeds: a difference within about twice its noise is not a finding." if not same else
+             f"{', '.join(same)} ran with this session's --seed: its stage nK trained with the seed this session's nK "
+             "gets, so the same values from the same parent and train.py reproduce its score exactly (one draw of the "
+             "noise, not a new one). The others ran other seeds: a difference within about twice its noise is not a "
+             "finding.")
     return "\n\n".join([
         f"{len(sessions)} earlier session{'s' * (len(sessions) > 1)} on this template ({stages} scored stages), "
         "from the records in this store. Each line names its session and node; a gain is against the stage's own "
-        "parent, ± its noise (paired on the same validation items where both were scored). They ran other seeds: "
-        "a difference within about twice its noise is not a finding.",
-        "## Sessions\n\n" + sessions_text(sessions),
+        f"parent, ± its noise (paired on the same validation items where both were scored). {seeds}",
+        "## Sessions\n\n" + sessions_text(sessions, seed),
         "## Best schedules so far (stage by stage)\n\n" + best_schedules_text(sessions),
         "## Stages against their parents\n\n" + moves_text(sessions),
         "## What went with the gain (all earlier stages together)\n\n" + mattered_text(forest(sessions), space).strip(),

@@ -51,6 +51,16 @@ def test_the_prompt_section_names_each_stage_by_session_and_node_with_its_noise(
     assert "## What went with the gain" in text and memory_text([], SPACE) == ""
 
 
+def test_an_earlier_session_with_this_session_s_seed_is_said_to_reproduce_its_stages():
+    same, other = earlier("alpha"), earlier("beta")
+    same.seed, other.seed = 7, 8
+    text = memory_text([same, other], SPACE, seed=7)
+    assert "alpha ran with this session's --seed: its stage nK trained with the seed this session's nK gets" in text
+    assert "- alpha (tree, 3 stages scored, the same --seed as this session)" in text
+    assert "- beta (tree, 3 stages scored):" in text
+    assert "They ran other seeds" in memory_text([other], SPACE, seed=7)
+
+
 def test_a_stage_that_changed_many_values_says_it_cannot_credit_one_and_values_read_in_three_figures():
     session = earlier()
     session.tree.add(Node("n005", "n001", 2, {**DEFAULTS, "learning_rate": 1.2345678e-4, "temperature": 0.61234,
@@ -122,6 +132,8 @@ def test_a_session_reads_the_earlier_sessions_on_its_template_and_only_those(fas
     section = prompt.split("# What earlier sessions on this template measured")[1].split("# Search space")[0]
     assert "first/n001" in section and "second/n001" in section and "off/n001" in section
     assert "elsewhere" not in section
+    assert "- off (tree, 1 stages scored, 2 training steps in all, the same --seed as this session)" in section
+    assert "- first (tree, 3 stages scored, 6 training steps in all):" in section  # --seed 1, not the default 0
 
 
 def test_the_prompt_says_why_there_is_no_memory_section():

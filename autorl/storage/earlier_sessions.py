@@ -80,11 +80,13 @@ class Memory:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-def read_memory(tracker: Tracker, fingerprint: str, space: SearchSpace, exclude_run_id: str) -> Memory:
-    """What the earlier sessions with ``fingerprint`` measured, oldest first."""
+def read_memory(tracker: Tracker, fingerprint: str, space: SearchSpace, exclude_run_id: str,
+                seed: int | None = None) -> Memory:
+    """What the earlier sessions with ``fingerprint`` measured, oldest first (``seed``: this
+    session's, to name an earlier one that trained its stages with the same seeds)."""
     sessions = earlier_sessions(tracker, fingerprint, exclude_run_id)
     return Memory(mode="on", sessions=[{"name": s.name, "strategy": s.strategy, "stages": s.stages} for s in sessions],
-                  text=memory_text(sessions, space), trials=memory_trials(sessions, space))
+                  text=memory_text(sessions, space, seed), trials=memory_trials(sessions, space))
 
 
 def earlier_sessions(tracker: Tracker, fingerprint: str, exclude_run_id: str) -> list[EarlierSession]:
@@ -123,7 +125,16 @@ def earlier_session(tracker: Tracker, run) -> EarlierSession:
     return EarlierSession(name=tags.get("autorl.session", run.info.run_name or "?"),
                           strategy=tags.get("autorl.strategy", "?"), tree=tree,
                           test_score=metrics.get("best_test_score"), test_stderr=metrics.get("best_test_stderr"),
-                          diffs=diffs)
+                          diffs=diffs, seed=seed_of(tags))
+
+
+def seed_of(tags: dict) -> int | None:
+    """The --seed a session ran with, from its stored config (None: unreadable)."""
+    try:
+        seed = json.loads(tags.get("autorl.config") or "{}").get("seed")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return seed if isinstance(seed, int) else None
 
 
 def edit_diff(tracker: Tracker, run_id: str) -> str:
