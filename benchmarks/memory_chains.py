@@ -144,11 +144,16 @@ def report(chains: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         if chain["error"]:
             rows.append(f"- {chain['strategy']} {chain['seed']}: chain ended by a failure: "
                         f"{chain['error'].strip().splitlines()[-1] if chain['error'].strip() else '?'}")
+    ran_on = sorted({s["commit"] for c in chains for s in c["sessions"] if s.get("commit")}) or [args.commit]
     rows += ["", f"Target: the LLM chains' median last session at least {TARGET_POINTS:g} points above their median "
                  f"first session: " + (", ".join(f"{s} {'met' if ok else 'not met'}" for s, ok in met.items()) or "—"),
+             "", "Every session of a chain runs the chain's search seed, so a stage with the same parent, values, "
+                 "train.py and node number as an earlier session's trains with the same seed and reproduces its score "
+                 "exactly: a session can replay an earlier path without its noise, which sessions with other seeds "
+                 "could not.",
              "", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
                  f"{args.seed_list[0]}–{args.seed_list[-1]} (one per chain), {args.length} sessions per chain, memory "
-                 f"on, code {args.commit}; the LLM was {ANSWERED_BY}, one fresh model per session."]
+                 f"on, code {', '.join(ran_on)}; the LLM was {ANSWERED_BY}, one fresh model per session."]
     return "\n".join(rows) + "\n", {"summary": summary, "target_points": TARGET_POINTS, "met": met}
 
 
