@@ -147,6 +147,8 @@ def early_importance_text(observed: list[tuple[dict, float]], space: SearchSpace
                 got = [g for v, g in zip(values, gain) if v == choice]
                 if got:
                     means.append((sum(got) / len(got), f"{sum(got) / len(got):+.3f} at {choice!r} ({len(got)})"))
+            if all(abs(m) < 1e-9 for m, _ in means):
+                continue  # every depth ran one value: centred per depth, its gains are zero by construction
             spread = max(m for m, _ in means) - min(m for m, _ in means)
             lines.append(((1, -spread), f"- {name}: mean gain " + ", ".join(text for _, text in means)))
         else:
@@ -520,9 +522,8 @@ class ContextBuilder:
         if not lines or not shown:
             return ""
         omitted = [f"- … {len(lines) - shown} more pairs omitted"] if len(lines) > shown else []
-        return ("\n\n# Siblings: children of one parent, paired\n\nTwo children of one parent start from the same "
-                "checkpoint and are scored on the same items, so their paired difference credits what differs "
-                "between them; each trained with a seed of its own, so a verdict needs √2 × the stage spread.\n"
+        return ("\n\n# Siblings: children of one parent, paired\n\nSame checkpoint, same items: the paired difference "
+                "credits what differs (each has its own training noise: a verdict needs √2 × the stage spread).\n"
                 + "\n".join(lines[:shown] + omitted))
 
     def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str, siblings: list[str] = ()) -> str:

@@ -287,8 +287,8 @@ def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s():
                       status=Status.SUCCEEDED, val_score=0.5 + (0.2 if i == 13 else i / 1000), val_stderr=0.015,
                       rationale="x" * 300))
     expandable = [None] + [n.id for n in tree.scored() if n.depth < 3]
-    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4800)
-    assert len(prompt) <= 4800 * 4
+    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4900)
+    assert len(prompt) <= 4900 * 4
     assert block(prompt, "n013").startswith("## n013 — best validation so far; at the depth limit")
     assert "curve of n013" in block(prompt, "n013") and "curve of n002" in block(prompt, "n002")
     assert "curve of n030" not in prompt  # lower nodes lose their curves (and blocks) first
@@ -328,6 +328,20 @@ def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_ma
     assert "by stage depth: stage 1 -0.040 (mean of 4, from -0.300 to +0.060)" in section
     assert "- beta: mean gain +0.087 at 0.0 (3), -0.260 at 0.04 (1)" in section
     assert "read it as a hint, not a finding" in section
+
+
+def test_a_value_that_never_varied_within_a_depth_is_not_read_as_gaining_nothing():
+    """Centred per depth, the gains of a value every stage at its depth ran are zero by construction."""
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    stages = [("n001", None, 1, 1e-4, 20, 0.60), ("n002", None, 1, 3e-4, 20, 0.55),
+              ("n003", "n001", 2, 1e-4, 40, 0.66), ("n004", "n001", 2, 3e-4, 40, 0.61)]
+    for node_id, parent, depth, rate, steps, score in stages:
+        tree.add(Node(node_id, parent, depth, {**DEFAULTS, "learning_rate": rate, "max_steps": steps}, seed=1,
+                      proposer="llm", status=Status.SUCCEEDED, val_score=score, val_stderr=0.015))
+    section = user_prompt(tree, PromptView(None, [None], "4 of 8"))
+    section = section[section.index("# What has mattered so far"): section.index("# Candidate parents")]
+    assert "A rough early estimate from 4 scored stages" in section and "- learning_rate: rank correlation" in section
+    assert "max_steps" not in section
 
 
 def test_the_curves_in_the_prompt_show_means_by_quarter_not_a_slope_against_them():
