@@ -21,10 +21,11 @@ SOURCES = (("trl", "trl/trainer/grpo_config.py", "GRPOConfig"),
            ("transformers", "transformers/training_args.py", "TrainingArguments"))
 
 # options that change how a GRPO stage learns, in the order a researcher reaches for them
+# (sampling filters such as top_p or repetition_penalty are left out: they change what the
+# rollouts are, which the evaluator's decoding does not share, and the prompt has little room)
 RELEVANT = ("lr_scheduler_type", "warmup_steps", "warmup_ratio", "weight_decay", "max_grad_norm", "adam_beta2",
-            "num_iterations", "epsilon", "epsilon_high", "delta", "importance_sampling_level", "scale_rewards",
-            "mask_truncated_completions", "top_entropy_quantile", "top_p", "top_k", "min_p",
-            "repetition_penalty", "steps_per_generation")
+            "num_iterations", "epsilon", "epsilon_high", "delta", "scale_rewards", "mask_truncated_completions",
+            "top_entropy_quantile", "steps_per_generation")
 HELP_CHARS = 150
 # What TRL's help does not say: the PPO-style clip acts on the ratio of the policy being updated to
 # the one that sampled, which is 1 when each generation feeds one optimizer step once.
