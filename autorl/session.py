@@ -29,6 +29,7 @@ from autorl.loop.channel import Channel, ChannelObserver
 from autorl.loop.collaborators import Collaborators
 from autorl.loop.controller import Controller
 from autorl.loop.goals import Goals
+from autorl.loop.lifecycle import validation_items
 from autorl.loop.observer import Observer, Observers
 from autorl.stages import remote_stage
 from autorl.stages.evaluate import FrozenEvaluator
@@ -124,7 +125,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
         policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
         memory=memory.prompt_text(),
-        pair=partial(pair_on_items, nodes),
+        pair=pair_on_items(nodes),
     )
     return LLMProposer(
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
@@ -132,13 +133,17 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
     )
 
 
-def pair_on_items(nodes: Path, a: str, b: str) -> Comparison | None:
+def pair_on_items(nodes: Path) -> Callable[[str, str], Comparison | None]:
     """Node ``a`` minus node ``b`` on the validation items both were scored on (None: the
-    items of one are not at hand)."""
-    items = [nodes / node_id / "eval_validation.json" for node_id in (a, b)]
-    if not all(path.is_file() for path in items):
-        return None
-    return paired_comparison(*(json.loads(path.read_text())["items"] for path in items))
+    items of one are not at hand). A scored node's items never change: each file is read once."""
+    read: dict[str, list[dict]] = {}
+
+    def items(node_id: str) -> list[dict]:
+        if node_id not in read and (found := validation_items(nodes / node_id)):
+            read[node_id] = found
+        return read.get(node_id, [])
+
+    return lambda a, b: paired_comparison(items(a), items(b))
 
 
 def llm_settings(config: SessionConfig, api_key: str | None) -> LLMSettings:

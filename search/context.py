@@ -42,7 +42,7 @@ from search.importance import MIN_STAGES, fits, gains, gains_by_depth, importanc
 from search.memory import RELATIVE_DROP, learning_rate_limit
 from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
-from search.siblings import siblings_text
+from search.siblings import MAX_PAIRS, sibling_pairs, siblings_text
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
 from search.tree import (
@@ -472,7 +472,8 @@ class ContextBuilder:
                  f"try: {f.suggestion}" for f in shared.values()]
         return "Every scored stage shows (not repeated in the blocks below):\n" + "\n".join(lines) + "\n\n"
 
-    def candidate_block(self, tree: Tree, node_id: str | None, view: PromptView, curves: bool) -> str:
+    def candidate_block(self, tree: Tree, node_id: str | None, view: PromptView, curves: bool,
+                        shared: dict[str, Finding] | None = None) -> str:
         roles = self.roles(tree, node_id, view)
         heading = (" — " + "; ".join(roles)) if roles else ""
         if node_id is None:
@@ -490,8 +491,7 @@ class ContextBuilder:
                          f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}{self.beyond(c)}")
         if node.rationale:
             lines.append(f"- why it was proposed: {_clip_words(node.rationale, RATIONALE_CHARS)}")
-        shared = self.everywhere(tree)
-        own = [f for f in node.diagnosis if f.name not in shared]
+        own = [f for f in node.diagnosis if f.name not in (shared or {})]
         lines.append("- diagnosis:\n" + _indent(findings_text(own) if own or not node.diagnosis else
                                                  "nothing beyond what every stage shows"))
         if curves:
@@ -511,26 +511,30 @@ class ContextBuilder:
         return (f"The tree policy picks **{view.suggested or 'base'}**: {reason}. It is a rule of thumb, not a "
                 "verdict; you may choose any expandable node.")
 
-    def sibling_lines(self, tree: Tree) -> list[str]:
-        """One line per pair of children of one parent, paired on the validation items."""
+    def sibling_lines(self, tree: Tree) -> tuple[list[str], int]:
+        """Lines for the first ``MAX_PAIRS`` pairs of children of one parent, paired on the
+        validation items (the most any shape shows), and how many pairs there are."""
         sibling_sd = math.sqrt(2) * (self.noise.stage_sd or 0.0)  # each sibling trained with a seed of its own
-        text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd))
-        return text.splitlines() if text else []
+        text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd), MAX_PAIRS)
+        return (text.splitlines() if text else []), len(sibling_pairs(tree))
 
     @staticmethod
-    def siblings_section(lines: list[str], shown: int) -> str:
+    def siblings_section(siblings: tuple[list[str], int], shown: int) -> str:
+        lines, total = siblings
         if not lines or not shown:
             return ""
-        omitted = [f"- … {len(lines) - shown} more pairs omitted"] if len(lines) > shown else []
+        omitted = [f"- … {total - shown} more pairs omitted"] if total > shown else []
         return ("\n\n# Siblings: children of one parent, paired\n\nSame checkpoint, same items: the paired difference "
                 "credits what differs (each has its own training noise: a verdict needs √2 × the stage spread).\n"
                 + "\n".join(lines[:shown] + omitted))
 
-    def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str, siblings: list[str] = ()) -> str:
+    def dynamic(self, tree: Tree, view: PromptView, shape: dict, mattered: str,
+                siblings: tuple[list[str], int] = ([], 0)) -> str:
         base = "unknown" if tree.base_score is None else f"{tree.base_score:.3f} ± {tree.base_stderr:.3f}"
         shown = self.detailed(tree, view)[: shape["blocks"]]
         with_curves = self.curve_order(tree, shown)[: shape["curves"]]
-        blocks = [self.candidate_block(tree, n, view, curves=n in with_curves) for n in shown]
+        shared = self.everywhere(tree)
+        blocks = [self.candidate_block(tree, n, view, curves=n in with_curves, shared=shared) for n in shown]
         if None in view.expandable:  # the base model: one line, first when it is the pick
             line = self.candidate_block(tree, None, view, curves=False)
             blocks = [line, *blocks] if view.suggested is None else [*blocks, line]
@@ -542,12 +546,12 @@ class ContextBuilder:
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree) + self.limit_text(tree),
             mattered=mattered,
-            siblings=self.siblings_section(list(siblings), shape["siblings"]),
+            siblings=self.siblings_section(siblings, shape["siblings"]),
             winner=self.winner_text(tree), tpe=self.tpe_text(tree),
             edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),
             pick=self.pick_text(tree, view), expandable=expandable,
-            candidates=self.everywhere_text(tree, self.everywhere(tree))
+            candidates=self.everywhere_text(tree, shared)
             + ("\n\n".join(blocks) or "(none yet: the first stage starts from the base model)"),
             timeouts=timeouts, feedback=feedback,
         ).strip()
@@ -572,7 +576,7 @@ class ContextBuilder:
 
 # From the fullest prompt to the leanest: what is dropped first comes first.
 SHAPES = [
-    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10, "siblings": 6},
+    {"blocks": 6, "curves": 4, "lines": 30, "failures": 5, "edits": 10, "siblings": MAX_PAIRS},
     {"blocks": 5, "curves": 3, "lines": 20, "failures": 5, "edits": 8, "siblings": 3},
     {"blocks": 4, "curves": 2, "lines": 12, "failures": 3, "edits": 5, "siblings": 2},
     {"blocks": 3, "curves": 1, "lines": 8, "failures": 2, "edits": 3, "siblings": 1},

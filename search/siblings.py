@@ -49,7 +49,7 @@ def differences(a: Node, b: Node) -> str:
 
 
 def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], margin: Callable[[float], float],
-                  limit: int = 4 * MAX_PAIRS) -> str:
+                  limit: int = MAX_PAIRS) -> str:
     """The prompt's lines on sibling pairs ("" when no parent has two scored children).
     ``compare(a, b)`` is a minus b paired on the validation items; ``margin(stderr)`` the
     distance a difference must go past to be a verdict."""

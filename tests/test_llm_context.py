@@ -493,9 +493,10 @@ def test_siblings_are_paired_on_the_items_both_were_scored_on(tmp_path):
         (tmp_path / node_id).mkdir()
         items = [{"id": str(i), "correct": c} for i, c in enumerate(correct)]
         (tmp_path / node_id / "eval_validation.json").write_text(json.dumps({"items": items}))
-    comparison = pair_on_items(tmp_path, "n002", "n005")
+    pair = pair_on_items(tmp_path)
+    comparison = pair("n002", "n005")
     assert comparison.n == 200 and comparison.delta == pytest.approx(0.25)
-    assert pair_on_items(tmp_path, "n002", "n009") is None  # not scored here: the prompt says unpaired
+    assert pair("n002", "n009") is None  # not scored here: the prompt says unpaired
 
 
 def test_a_finding_every_stage_shows_is_said_once_above_the_blocks():

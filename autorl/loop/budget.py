@@ -20,9 +20,9 @@ from autorl.loop.goals import Goals
 
 def session_budget(config, template, goals: Goals | None = None) -> "Budget":
     """The budget a session's options give, for a template's stage lengths."""
-    return Budget(config.stages, config.time_budget_s, config.train_steps,
-                  min_stage_steps=template.stage_step_choices()[0], goals=goals or Goals(),
-                  step_choices=tuple(template.stage_step_choices()))
+    choices = tuple(template.stage_step_choices())
+    return Budget(config.stages, config.time_budget_s, config.train_steps, min_stage_steps=choices[0],
+                  goals=goals or Goals(), step_choices=choices)
 
 
 MAX_NAMED_CHOICES = 8  # stage lengths named one by one in the proposer's budget line

@@ -245,8 +245,7 @@ class StageLifecycle:
                              then=lambda path: path and self.tracker.log_artifacts(run_id, [path]))
 
     def eval_items(self, node_id: str | None) -> list[dict]:
-        path = self.node_dir(node_id) / "eval_validation.json"
-        return json.loads(path.read_text())["items"] if path.is_file() else []
+        return validation_items(self.node_dir(node_id))
 
     def record(self, node: Node, outcome: StageOutcome) -> None:
         """Everything of the stage into its MLflow run, which then ends."""
@@ -288,3 +287,9 @@ def eval_timing(result: EvalResult) -> dict[str, float]:
     (or, when it does not say, its own in-process time)."""
     generation = result.generation_seconds if result.generation_seconds is not None else result.seconds
     return {"eval_s": round(result.wall_seconds, 3), "eval_generation_s": round(float(generation), 3)}
+
+
+def validation_items(node_dir: Path) -> list[dict]:
+    """A node's per-item validation results (empty while it has none)."""
+    path = node_dir / "eval_validation.json"
+    return json.loads(path.read_text())["items"] if path.is_file() else []
