@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from optuna.trial import TrialState, create_trial
 
-from search.context import diff_summary, mattered_text
+from search.context import diff_summary
 from search.importance import fits
+from search.mattered import mattered_text
 from search.memory import collapsed
 from search.space import SearchSpace
 from search.tree import Node, Tree, schedule_text
