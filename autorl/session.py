@@ -123,7 +123,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
         trl_version=metadata.version("trl"),  # read here: search/ never imports trl
         edit_options=edit_options_text(workspace.train_script_at(workspace.root_commit)),
-        policy=BestFirstPolicy(config.max_depth, seed=seed, leaf_width=config.leaf_width),  # the one assemble() builds
+        policy=tree_policy(config),  # the one assemble() builds, to say why it picked what it did
         memory=memory.prompt_text(),
         pair=pair_on_items(nodes),
     )
@@ -131,6 +131,13 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
         budget_text=budget.for_proposer, notify=notify, seed=seed,
     )
+
+
+def tree_policy(config: SessionConfig) -> BestFirstPolicy:
+    """The policy that picks each stage's parent (tree) or suggests it (LLM). A model chooses
+    its roots itself: under the fresh-roots rule its second suggested parent was always a root."""
+    return BestFirstPolicy(config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
+                           leaf_width=config.leaf_width, min_roots=1 if config.strategy in LLM_STRATEGIES else 2)
 
 
 def pair_on_items(nodes: Path) -> Callable[[str, str], Comparison | None]:
@@ -363,9 +370,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         files=stores.files,
         executor=make_executor(config, template, stores, notify=observer.message),
         proposer=proposer,
-        policy=None if proposer.chooses_parent else BestFirstPolicy(
-            config.max_depth, seed=config.seed, budget_aware="budget" not in config.ablate,
-            leaf_width=config.leaf_width),
+        policy=None if proposer.chooses_parent else tree_policy(config),
         report=partial(report_session, stores.tracker, config.name, config.session_dir),
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,

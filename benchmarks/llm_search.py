@@ -55,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     parser.add_argument("--relay", type=Path, default=REPO.parent / "shared" / "relay")
     parser.add_argument("--llm-timeout", type=float, default=600.0)
+    parser.add_argument("--llm-prompt-tokens", type=int, default=None,
+                        help="autorl's --llm-prompt-tokens for the LLM sessions (default: autorl's own)")
     parser.add_argument("--baselines-from", type=Path, default=None)
     parser.add_argument("--report-only", action="store_true", help="write the report from what WORK holds")
     parser.add_argument("--suffix", default="", help="results file stem suffix, e.g. 'clean' -> llm_search-T-clean")
@@ -138,8 +140,9 @@ def run_one(strategy: str, seed: int, args: argparse.Namespace) -> dict:
                   "adopted": True}
     elif strategy in LLM_STRATEGIES:
         with relay(args.work / "relay" / f"{strategy}-{seed}", args.relay) as url:
+            bound = ("--llm-prompt-tokens", str(args.llm_prompt_tokens)) if args.llm_prompt_tokens else ()
             result = run_session(strategy, seed, args, extra=("--llm", "relay-model", "--llm-base-url", url,
-                                                              "--llm-timeout", str(args.llm_timeout)))
+                                                              "--llm-timeout", str(args.llm_timeout), *bound))
     else:
         result = run_session(strategy, seed, args)
     if result.get("adopted"):
@@ -315,7 +318,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
                      f"over ≥ 3 seeds: {'met' if result['met'] else 'not met'})."]
     rows += ["", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
                  f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}. The relay reports no token "
-                 "counts: prompt characters are counted from its requests (about 4 characters a token)."]
+                 "counts: prompt characters are counted from its requests (about 4 characters a token). Prompt bound: "
+                 f"{args.llm_prompt_tokens or 'autorl default'} tokens (`--llm-prompt-tokens`)."]
     return "\n".join(rows) + "\n", {"summary": table, "paired": paired, "margin": result, "edit_worth": worth}
 
 
@@ -340,7 +344,8 @@ def main(argv=None) -> int:
     (args.out / f"{stem}.json").write_text(json.dumps({
         "template": args.template, "train_steps": args.train_steps, "seeds": args.seed_list,
         "answered_by": ANSWERED_BY, "memory": False,  # search_efficiency.run_session passes --memory off
-        "brief_search_results": args.brief_search_results, **numbers, "sessions": results}, indent=2))
+        "brief_search_results": args.brief_search_results, "llm_prompt_tokens": args.llm_prompt_tokens or "default",
+        **numbers, "sessions": results}, indent=2))
     print(text)
     return 0
 

@@ -70,8 +70,8 @@ def prompt_after(record: dict, count: int) -> tuple[str, str]:
                              trl_version=metadata.version("trl"),
                              edit_options=edit_options_text((template.path / "train.py").read_text()))
     stages = record["stages"] * 2
-    view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH).select(tree, stages - count, stages),
-                      expandable=[None] + [n.id for n in tree.scored() if n.depth < MAX_DEPTH],
+    view = PromptView(suggested=BestFirstPolicy(MAX_DEPTH, min_roots=1).select(tree, stages - count, stages),
+                      expandable=[None] + [n.id for n in tree.scored() if context.extendable(n)],  # the LLM's rules
                       budget=f"{count} of {stages} stages spent")
     system, user = (m["content"] for m in context.messages(tree, view))
     return system, user

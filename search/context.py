@@ -280,17 +280,22 @@ class ContextBuilder:
     def limit_note(self, node: Node) -> str:
         if node.depth < self.max_depth:
             return ""
-        return " [at or past the depth limit, still improving]" if may_extend(node, self.max_depth) \
+        return " [at or past the depth limit, not worse than its parent]" if self.extendable(node) \
             else " [at depth limit]"
 
     def depth_text(self, tree: Tree) -> str:
         """The limit, and the nodes at or past it that may still be extended (the tree marks the rest)."""
         limit = self.max_depth
         text = (f"Depth limit: {limit} stages; a node at stage {limit} or deeper may be extended only while its stage "
-                f"scored 'better' than its parent (paired), and never past stage {depth_ceiling(limit)}.")
-        improving = [n.id for n in tree.scored() if n.depth >= limit and may_extend(n, limit)]
-        return text + (f" At or past the limit and still improving (may be extended): {', '.join(improving)}."
-                       if improving else "")
+                f"scored 'better' than its parent or tied it (paired), not 'worse', and never past stage "
+                f"{depth_ceiling(limit)}.")
+        going_on = [n.id for n in tree.scored() if n.depth >= limit and self.extendable(n)]
+        return text + (f" At or past the limit and not worse (may be extended): {', '.join(going_on)}."
+                       if going_on else "")
+
+    def extendable(self, node: Node) -> bool:
+        """The depth rule this proposer works under: past the limit, a tie goes on (it weighs ties itself)."""
+        return may_extend(node, self.max_depth, keep_on_tie=True)
 
     def limit_text(self, tree: Tree) -> str:
         """The learning rates the session refuses after a collapse, said before a proposal needs it."""
@@ -310,7 +315,7 @@ class ContextBuilder:
         best = tree.best()
         if best is None:
             return rule + "; no node is scored yet."
-        limit = ", at the depth limit" if not may_extend(best, self.max_depth) else ""
+        limit = ", at the depth limit" if not self.extendable(best) else ""
         return rule + f". Now: {best.id} ({best.val_score:.3f} ± {best.val_stderr:.3f}{limit})."
 
     def tpe_text(self, tree: Tree) -> str:
@@ -353,7 +358,7 @@ class ContextBuilder:
             roles.append("on the best path")
         if node_id not in view.expandable:
             node = tree.nodes[node_id]
-            roles.append("at the depth limit: cannot be extended" if not may_extend(node, self.max_depth)
+            roles.append("at the depth limit: cannot be extended" if not self.extendable(node)
                          else "cannot be extended")
         return roles
 

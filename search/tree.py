@@ -197,14 +197,18 @@ class Tree:
         return max(scored, key=lambda n: (n.val_score, -list(self.nodes).index(n.id))) if scored else None
 
 
-def may_extend(node: Node, max_depth: int) -> bool:
+def may_extend(node: Node, max_depth: int, keep_on_tie: bool = False) -> bool:
     """Whether another stage may follow ``node``: below the depth limit, or past it while its
     path still improves (its own stage beat its parent, paired), up to twice the limit. The
-    limit is set before the session starts; a schedule still paying off should not stop at it."""
+    limit is set before the session starts; a schedule still paying off should not stop at it.
+
+    ``keep_on_tie`` also lets a stage that tied its parent go on: for a proposer that reads the
+    pairs and the noise itself (the LLM), a tie at the limit is a question to weigh, not a stop."""
     if node.depth < max_depth:
         return True
-    improving = node.comparison is not None and node.comparison.verdict == "better"
-    return improving and node.depth < depth_ceiling(max_depth)
+    verdict = node.comparison.verdict if node.comparison is not None else None
+    goes_on = verdict == "better" or (keep_on_tie and verdict == "tie")
+    return goes_on and node.depth < depth_ceiling(max_depth)
 
 
 def depth_ceiling(max_depth: int) -> int:

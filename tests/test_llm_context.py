@@ -81,18 +81,20 @@ def test_an_edited_parent_shows_its_diff_and_the_tree_a_summary():
 
 def test_the_depth_limit_and_the_nodes_at_it_are_named():
     prompt = user_prompt(hand_built_tree())
-    assert "Depth limit: 3 stages;" in prompt and "never past stage 6" in prompt and "still improving:" not in prompt
+    assert "Depth limit: 3 stages;" in prompt and "never past stage 6" in prompt
+    assert "not worse (may be extended)" not in prompt
     assert "Expandable: base, n001, n002." in prompt
     assert "[at depth limit]" in next(line for line in prompt.splitlines() if line.startswith("- n003"))
 
 
-def test_a_path_still_improving_at_the_limit_is_said_to_go_on():
+@pytest.mark.parametrize("verdict", ["better", "tie"])
+def test_a_path_not_worse_at_the_limit_is_said_to_go_on(verdict):
     tree = hand_built_tree()
-    tree.nodes["n003"].comparison = Comparison(0.028, 0.009, 1000, "better")
+    tree.nodes["n003"].comparison = Comparison(0.028, 0.009, 1000, verdict)
     prompt = user_prompt(tree, PromptView("n003", [None, "n001", "n002", "n003"], "3 of 8"))
-    assert "At or past the limit and still improving (may be extended): n003." in prompt
-    assert "[at or past the depth limit, still improving]" in next(line for line in prompt.splitlines()
-                                                                   if line.startswith("- n003"))
+    assert "At or past the limit and not worse (may be extended): n003." in prompt
+    assert "[at or past the depth limit, not worse than its parent]" in next(line for line in prompt.splitlines()
+                                                                         if line.startswith("- n003"))
     assert block(prompt, "n003").startswith("## n003 — the tree policy's pick; best validation so far\n")
 
 
@@ -109,7 +111,7 @@ def test_failures_noise_budget_and_feedback_are_shown():
 
 def test_the_guard_rule_and_the_strategy_task_are_stated():
     system = context().messages(Tree(), PromptView(None, [None], ""))[0]["content"]
-    assert "within 5% of its range" in system and "at most 3 stages, or more while it still improves" in system
+    assert "within 5% of its range" in system and "at most 3 stages, or more while each stage is not\nworse" in system
     hybrid = user_prompt(hand_built_tree(), hybrid=True)
     assert "TPE sampler (seeded by the session) draws one value" in hybrid
     assert "`search`" not in user_prompt(hand_built_tree())

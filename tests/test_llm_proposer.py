@@ -15,6 +15,7 @@ from autorl.stages.workspace import Workspace
 from search import study as hpo
 from search.context import ContextBuilder
 from search.llm import LLMClient, LLMSettings, ReplyCache
+from search.policy import BestFirstPolicy
 from search.proposers.base import ProposalDropped
 from search.proposers.llm import LLMProposer, reply_schema
 from search.tree import Comparison, Node, Status, Tree
@@ -385,14 +386,16 @@ def test_the_prompt_bound_is_the_session_s_choice(tmp_path, workspace):
     assert curves[20000] > curves[3000]
 
 
-def test_a_node_past_the_depth_limit_is_a_parent_only_while_its_path_improves(make_proposer, tree, workspace):
+def test_a_node_past_the_depth_limit_is_a_parent_only_while_its_stage_is_not_worse(make_proposer, tree, workspace):
     for node_id, parent, depth in (("n003", "n001", 2), ("n004", "n003", 3)):
         tree.add(Node(node_id, parent, depth, TEMPLATE.space.defaults(), seed=depth, proposer="llm",
                       commit=workspace.root_commit, status=Status.SUCCEEDED, val_score=0.6 + depth / 100,
-                      val_stderr=0.015, comparison=Comparison(0.01, 0.01, 1000, "tie")))
+                      val_stderr=0.015, comparison=Comparison(-0.04, 0.01, 1000, "worse")))
     with serve(reply(parent="n004"), reply(parent="n003")) as server:
         assert make_proposer(server).propose(tree, "n001").parent == "n003"
     assert "'n004' cannot be extended" in server.llm.requests[1]["messages"][-1]["content"]
-    tree.nodes["n004"].comparison = Comparison(0.03, 0.009, 1000, "better")  # still improving at the limit
-    with serve(reply(parent="n004")) as server:
-        assert make_proposer(server).propose(tree, "n001").parent == "n004"
+    for verdict in ("better", "tie"):  # the model weighs a tie at the limit itself; the UCT policy does not go on
+        tree.nodes["n004"].comparison = Comparison(0.01, 0.009, 1000, verdict)
+        with serve(reply(parent="n004")) as server:
+            assert make_proposer(server).propose(tree, "n001").parent == "n004"
+    assert "n004" not in BestFirstPolicy(3).candidates(tree)  # a tie, past the limit

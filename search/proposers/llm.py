@@ -276,7 +276,7 @@ class LLMProposer:
         return self.workspace.train_script_at(commit), commit
 
     def expandable(self, tree: Tree) -> list[str | None]:
-        return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth)]
+        return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth, keep_on_tie=True)]
 
     def parents(self, tree: Tree) -> set[str]:
         """Any node it may extend: the model may pick another parent than the policy's."""
