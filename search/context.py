@@ -208,7 +208,8 @@ class ContextBuilder:
     # -- the part that never changes ------------------------------------------------------------
 
     def system(self) -> str:
-        return prompt("system", tolerance=f"{TOLERANCE:.0%}", max_depth=self.max_depth).strip()
+        return prompt("system", tolerance=f"{TOLERANCE:.0%}", max_depth=self.max_depth,
+                      ceiling=depth_ceiling(self.max_depth)).strip()
 
     def static(self, tree: Tree, train_py: str | None = None) -> str:
         return prompt(
@@ -286,9 +287,9 @@ class ContextBuilder:
     def depth_text(self, tree: Tree) -> str:
         """The limit, and the nodes at or past it that may still be extended (the tree marks the rest)."""
         limit = self.max_depth
-        text = (f"Depth limit: {limit} stages; a node at stage {limit} or deeper may be extended only while its stage "
-                f"scored 'better' than its parent or tied it (paired), not 'worse', and never past stage "
-                f"{depth_ceiling(limit)}.")
+        text = (f"Depth: a path holds up to {depth_ceiling(limit)} stages; a node at stage {limit} or deeper (the "
+                "depth limit) may be extended only while its stage scored 'better' than its parent or tied it "
+                "(paired), not 'worse'.")
         going_on = [n.id for n in tree.scored() if n.depth >= limit and self.extendable(n)]
         return text + (f" At or past the limit and not worse (may be extended): {', '.join(going_on)}."
                        if going_on else "")
@@ -330,22 +331,24 @@ class ContextBuilder:
                 "with this few it still draws widely inside your ranges.")
 
     def detailed(self, tree: Tree, view: PromptView) -> list[str]:
-        """The nodes shown in a block, most useful first: the tree policy's pick, the best node
-        and the nodes on its path (nearest first), then every other scored node by score,
-        whether it can be extended or not (a block says which)."""
+        """The nodes shown in a block, most useful first: the tree policy's pick, the best node,
+        the newest scored stage (what just happened), the nodes on the best path (nearest first),
+        then every other scored node by score, whether it can be extended or not (a block says which)."""
         order: list[str] = [view.suggested] if view.suggested is not None else []
         best = tree.best()
         if best is not None:
-            order += [n.id for n in reversed(tree.path(best.id))]
+            order += [best.id, *newest(tree)] + [n.id for n in reversed(tree.path(best.id))]
         order += [n.id for n in sorted(tree.scored(), key=lambda n: n.val_score, reverse=True)]
         return list(dict.fromkeys(order))
 
     @staticmethod
     def curve_order(tree: Tree, shown: list[str]) -> list[str]:
         """Whose curves stay when the prompt must shrink: the best node's first (why did the
-        best path stall, or is it still rising?), then the blocks in their order."""
+        best path stall, or is it still rising?), the newest stage's (a stage whose curves were
+        never shown is the evidence a proposal lacks most), then the blocks in their order."""
         best = tree.best()
-        return list(dict.fromkeys(([best.id] if best is not None and best.id in shown else []) + shown))
+        first = ([best.id] if best is not None else []) + newest(tree)
+        return list(dict.fromkeys([node_id for node_id in first if node_id in shown] + shown))
 
     def roles(self, tree: Tree, node_id: str | None, view: PromptView) -> list[str]:
         roles = ["the tree policy's pick"] if node_id == view.suggested else []
@@ -391,9 +394,12 @@ class ContextBuilder:
                     f"{len(tree.children(None))} first stages started from it; train.py: the template's")
         node = tree.nodes[node_id]
         path = " → ".join(["base", *(n.id for n in tree.path(node_id))])
-        lines = [f"## {node_id}{heading}", f"- path: {path} (stage {node.depth}; depth limit {self.max_depth})",
+        stages = f"stage {node.depth} of at most {depth_ceiling(self.max_depth)}"
+        lines = [f"## {node_id}{heading}", f"- path: {path} ({stages})",
                  f"- values: {values_text(node.hyperparameters)}",
-                 f"- validation: {node.val_score:.3f} ± {node.val_stderr:.3f}; {node.steps} GRPO steps"]
+                 f"- validation: {node.val_score:.3f} ± {node.val_stderr:.3f}; {node.steps} GRPO steps"
+                 + (f"; weights moved {node.weight_drift:.2%} from the stage's start (relative L2)"
+                    if node.weight_drift is not None else "")]
         if node.comparison:
             c = node.comparison
             lines.append(f"- against its parent (paired, same {c.n} items): "
@@ -492,6 +498,14 @@ SHAPES = [
     {"blocks": 2, "curves": 1, "lines": 4, "failures": 1, "edits": 2, "siblings": 1},
     {"blocks": 1, "curves": 0, "lines": 2, "failures": 0, "edits": 1, "siblings": 0},
 ]
+
+
+def newest(tree: Tree) -> list[str]:
+    """The stage that ended last (empty: none is scored); stages run side by side end out of order."""
+    scored = list(enumerate(tree.scored()))
+    if not scored:
+        return []
+    return [max(scored, key=lambda item: (str(item[1].timing.get("ended_at", "")), item[0]))[1].id]
 
 
 def _clip(text: str, limit: int) -> str:

@@ -90,8 +90,9 @@ def mattered_text(tree: Tree, space: SearchSpace) -> str:
     if importance is not None:
         return by_depth + importance_text(importance, len(observed))
     if len(observed) < EARLY_STAGES:
-        return by_depth + (f"(not yet: {len(observed)} stage{'s' * (len(observed) != 1)} scored against a scored "
-                           f"parent; a rough early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
+        return by_depth + (f"(not yet: {len(observed)} scored stage{'s' * (len(observed) != 1)} at a depth holding "
+                           "another to compare with; a stage alone at its depth shows depth's effect, not its values'; "
+                           f"a rough early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
     return by_depth + early_importance_text(observed, space)
 
 

@@ -113,6 +113,7 @@ class Node:
     peak_memory_mb: float | None = None  # its training process's peak, as its cgroup measured it
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the evaluator's extra numbers (e.g. format_rate)
     checkpoint: str = ""  # "stored" in its run's artifacts, "deleted" by retention; "" in the session folder (older)
+    weight_drift: float | None = None  # ‖θ − θ_start‖ / ‖θ_start‖ of its checkpoint (autorl/analysis/drift.py)
     planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)
 
     @property

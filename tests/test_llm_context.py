@@ -66,9 +66,17 @@ def test_every_candidate_shows_its_values_score_comparison_diagnosis_and_curves(
     assert "validation: 0.601 ± 0.015" in first
     assert "+0.066 ± 0.011 → better, beyond ±0.033" in first  # 2·√(.011² + .012²)
     assert "entropy_collapse (critical): entropy 1.20 -> 0.04 over steps 3-20; try: raise the temperature" in first
-    assert "curve of n001" in first and "path: base → n001 (stage 1; depth limit 3)" in first
+    assert "curve of n001" in first and "path: base → n001 (stage 1 of at most 6)" in first
     assert "the tree policy's pick" in block(prompt, "n002") and "curve of n002" in block(prompt, "n002")
     assert "## base" in prompt and "validation 0.535 ± 0.016" in block(prompt, "base")
+
+
+def test_a_stage_shows_how_far_it_moved_the_weights_when_that_was_measured():
+    tree = hand_built_tree()
+    tree.nodes["n002"].weight_drift = 0.0317
+    prompt = user_prompt(tree)
+    assert "20 GRPO steps; weights moved 3.17% from the stage's start (relative L2)" in block(prompt, "n002")
+    assert "weights moved" not in block(prompt, "n003")  # not measured (a checkpoint that was not at hand)
 
 
 def test_an_edited_parent_shows_its_diff_and_the_tree_a_summary():
@@ -81,7 +89,7 @@ def test_an_edited_parent_shows_its_diff_and_the_tree_a_summary():
 
 def test_the_depth_limit_and_the_nodes_at_it_are_named():
     prompt = user_prompt(hand_built_tree())
-    assert "Depth limit: 3 stages;" in prompt and "never past stage 6" in prompt
+    assert "Depth: a path holds up to 6 stages; a node at stage 3 or deeper (the depth limit)" in prompt
     assert "not worse (may be extended)" not in prompt
     assert "Expandable: base, n001, n002." in prompt
     assert "[at depth limit]" in next(line for line in prompt.splitlines() if line.startswith("- n003"))
@@ -111,7 +119,8 @@ def test_failures_noise_budget_and_feedback_are_shown():
 
 def test_the_guard_rule_and_the_strategy_task_are_stated():
     system = context().messages(Tree(), PromptView(None, [None], ""))[0]["content"]
-    assert "within 5% of its range" in system and "at most 3 stages, or more while each stage is not\nworse" in system
+    assert "within 5% of its range" in system
+    assert "up to 6 stages; past stage 3 a path goes on only\nwhile each stage is not worse" in system
     hybrid = user_prompt(hand_built_tree(), hybrid=True)
     assert "TPE sampler (seeded by the session) draws one value" in hybrid
     assert "`search`" not in user_prompt(hand_built_tree())
@@ -280,7 +289,7 @@ def test_the_best_node_and_its_path_show_their_curves_and_diagnosis_even_at_the_
     assert 'A block marked "cannot be extended" is shown for its evidence only.' in prompt
 
 
-def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s():
+def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s_and_the_newest_stage_s():
     tree = Tree(base_score=0.5, base_stderr=0.016)
     for i in range(1, 31):
         parent = None if i <= 3 else f"n{(i - 1) // 3:03d}"
@@ -292,8 +301,9 @@ def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s():
     prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4900)
     assert len(prompt) <= 4900 * 4
     assert block(prompt, "n013").startswith("## n013 — best validation so far; at the depth limit")
-    assert "curve of n013" in block(prompt, "n013") and "curve of n002" in block(prompt, "n002")
-    assert "curve of n030" not in prompt  # lower nodes lose their curves (and blocks) first
+    assert "curve of n013" in block(prompt, "n013")
+    assert "curve of n030" in block(prompt, "n030")  # the stage that ended last: what just happened, before the pick
+    assert "curve of n029" not in prompt  # lower nodes lose their curves (and blocks) first
 
 
 def test_the_policy_s_pick_comes_with_its_reason_and_base_is_not_advised_forever():
@@ -318,7 +328,7 @@ def test_the_policy_s_pick_comes_with_its_reason_and_base_is_not_advised_forever
 def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_many():
     tree = Tree(base_score=0.5, base_stderr=0.016)
     prompt = user_prompt(tree, PromptView(None, [None], "0 of 8"))
-    assert "(not yet: 0 stages scored against a scored parent; a rough early estimate needs 3" in prompt
+    assert "(not yet: 0 scored stages at a depth holding another to compare with;" in prompt
     for i, (rate, score) in enumerate([(1e-5, 0.56), (1e-4, 0.53), (1e-3, 0.20), (3e-5, 0.55)], start=1):
         tree.add(Node(f"n{i:03d}", None, 1, {**DEFAULTS, "learning_rate": rate, "beta": 0.04 if i == 3 else 0.0},
                       seed=i, proposer="llm", status=Status.SUCCEEDED, val_score=score, val_stderr=0.015))

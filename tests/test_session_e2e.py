@@ -45,6 +45,7 @@ def test_three_stage_session_end_to_end(tmp_path, runs_dir):
         assert run.data.tags["mlflow.parentRunId"] == session.info.run_id
         assert run.data.tags["autorl.git_commit"] == node["commit"]
         assert run.data.params["learning_rate"] == str(node["hyperparameters"]["learning_rate"])
+        assert 0 < node["weight_drift"] < 1 and run.data.metrics["weight_drift"] == node["weight_drift"]
         history = client.get_metric_history(run.info.run_id, "reward")
         assert len(history) == 8
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}

@@ -16,6 +16,7 @@ from autorl import faults
 from autorl.analysis.advice import fit_to_space
 from autorl.analysis.curves import read_records
 from autorl.analysis.diagnose import RewardScale, diagnose
+from autorl.analysis.drift import weight_drift
 from autorl.analysis.noise import paired_comparison
 from autorl.analysis.plots import plot_curves
 from autorl.config import SessionConfig
@@ -232,6 +233,7 @@ class StageLifecycle:
         """Name what went wrong (or right) in this stage, against its parent on the same items."""
         node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent),
                                             stage_sd=self.template.stage_sd) if node.scored else None
+        node.weight_drift = self.drift(node)
         self.reward_scale.learn(outcome.records)
         node.diagnosis = fit_to_space(diagnose(outcome.records, node.comparison, self.reward_scale),
                                       self.template.space, node.hyperparameters, self.template.eval_token_cap)
@@ -243,6 +245,28 @@ class StageLifecycle:
         self.deferred.submit(f"{node.id}: curves plot", plot_curves, outcome.records, node_dir / "curves.png",
                              f"{node.id} ← {node.parent or 'base'}",
                              then=lambda path: path and self.tracker.log_artifacts(run_id, [path]))
+
+    def drift(self, node: Node) -> float | None:
+        """How far the stage moved the weights from its start (relative L2), when both checkpoints
+        are on this machine: a parent's checkpoint is never downloaded for it."""
+        end, start = self.node_dir(node.id) / "checkpoint", self.start_at_hand(node.parent)
+        if not node.scored or start is None or not end.is_dir():
+            return None
+        try:
+            found = weight_drift(start, end)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint the loader refuses costs this number, not the stage
+            self.observer.message(f"{node.id}: weight drift not measured ({exc})")
+            return None
+        return round(found.relative, 6) if found else None
+
+    def start_at_hand(self, node_id: str | None) -> Path | None:
+        """The checkpoint a child of ``node_id`` started from, if it is a folder here."""
+        if node_id is None:
+            return self.template.base_model_dir(self.workspace.path)
+        node, cache = self.tree.nodes[node_id], self.node_dir(node_id) / "checkpoint"
+        if node.checkpoint == STORED:
+            return self.tracker.checkpoints.local_folder(node.mlflow_run_id) or (cache if cache.is_dir() else None)
+        return cache if node.checkpoint != DELETED and cache.is_dir() else None
 
     def eval_items(self, node_id: str | None) -> list[dict]:
         return validation_items(self.node_dir(node_id))

@@ -109,6 +109,8 @@ def node_metrics(node: Node) -> dict[str, float]:
         values["train_reward"] = node.train_reward
     if node.peak_memory_mb is not None:
         values["peak_memory_mb"] = node.peak_memory_mb
+    if node.weight_drift is not None:
+        values["weight_drift"] = node.weight_drift
     values.update({f"timing_{key}": value for key, value in node.timing.items() if isinstance(value, (int, float))})
     values.update({f"val_{key}": value for key, value in node.eval_metrics.items()})
     return values
