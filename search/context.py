@@ -119,6 +119,9 @@ def facts_text(space: SearchSpace, train_size: int | None, completions_per_step:
         lines.append("- Trainer options train.py leaves at their defaults (as installed; an edit sets one by passing "
                      "it where train.py builds its GRPOConfig). Each stage is one training run, so a schedule set "
                      "here restarts in every stage:\n" + edit_options)
+    lines.append("- Each stage is a new training run on its parent's weights: the optimizer's state (e.g. AdamW's "
+                 "moments) and the learning-rate schedule (its warmup and decay) start afresh in every stage; only "
+                 "the weights carry over.")
     lines.append("- Every stage trains with a seed of its own (data order and sampling), so two stages with the same "
                  "values still differ by the training noise below.")
     temperature = space.named("temperature")
@@ -294,6 +297,14 @@ class ContextBuilder:
         return text + (f" At or past the limit and not worse (may be extended): {', '.join(going_on)}."
                        if going_on else "")
 
+    def unextendable_reason(self, node: Node) -> str:
+        if node.depth >= depth_ceiling(self.max_depth):
+            return "at the deepest stage a path may reach: cannot be extended"
+        if node.depth >= self.max_depth and not self.extendable(node):
+            why = "worse than its parent" if node.comparison is not None else "no paired verdict against its parent"
+            return f"at or past the depth limit, {why}: cannot be extended"
+        return "cannot be extended"
+
     def extendable(self, node: Node) -> bool:
         """The depth rule this proposer works under: past the limit, a tie goes on (it weighs ties itself)."""
         return may_extend(node, self.max_depth, keep_on_tie=True)
@@ -304,7 +315,8 @@ class ContextBuilder:
             return ""
         limit = learning_rate_limit(tree, self.space)
         if limit is None:
-            return f"\nLearning-rate limit: none (no collapse yet: {RELATIVE_DROP:.0%} below the parent)."
+            return (f"\nLearning-rate limit: none yet (a stage that scores {RELATIVE_DROP:.0%} or more below its "
+                    "parent is a collapse, and sets one below its learning rate).")
 
         return f"\nLearning-rate limit: {limit.evidence}; a proposal at or above {limit.value:.3g} is sent back."
 
@@ -361,8 +373,7 @@ class ContextBuilder:
             roles.append("on the best path")
         if node_id not in view.expandable:
             node = tree.nodes[node_id]
-            roles.append("at the depth limit: cannot be extended" if not self.extendable(node)
-                         else "cannot be extended")
+            roles.append(self.unextendable_reason(node))
         return roles
 
     @staticmethod

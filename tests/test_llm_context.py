@@ -71,6 +71,21 @@ def test_every_candidate_shows_its_values_score_comparison_diagnosis_and_curves(
     assert "## base" in prompt and "validation 0.535 ± 0.016" in block(prompt, "base")
 
 
+def test_a_block_says_why_its_node_cannot_be_extended():
+    tree = hand_built_tree()
+    tree.nodes["n003"].comparison = Comparison(-0.04, 0.01, 1000, "worse")
+    assert "at or past the depth limit, worse than its parent: cannot be extended" in user_prompt(tree)
+    deep = Node("n005", "n003", 6, DEFAULTS, seed=5, proposer="llm", commit="edited", status=Status.SUCCEEDED,
+                val_score=0.7, val_stderr=0.015, steps=20, comparison=Comparison(0.05, 0.01, 1000, "better"))
+    tree.add(deep)
+    assert "## n005 — best validation so far; at the deepest stage a path may reach: cannot be extended" \
+        in user_prompt(tree)
+
+
+def test_each_stage_is_said_to_start_its_optimizer_and_schedule_afresh():
+    assert "only the weights carry over" in user_prompt(hand_built_tree())
+
+
 def test_a_stage_shows_how_far_it_moved_the_weights_when_that_was_measured():
     tree = hand_built_tree()
     tree.nodes["n002"].weight_drift = 0.0317
@@ -280,7 +295,8 @@ def test_the_best_node_and_its_path_show_their_curves_and_diagnosis_even_at_the_
     tree.nodes["n003"].diagnosis = [Finding("reward_plateau", "info", "reward flat over the second half", "")]
     prompt = user_prompt(tree, PromptView(suggested="n001", expandable=[None, "n001", "n002"], budget="3 of 8"))
     best = block(prompt, "n003")
-    assert best.startswith("## n003 — best validation so far; at the depth limit: cannot be extended")
+    assert best.startswith("## n003 — best validation so far; at or past the depth limit, no paired verdict against "
+                           "its parent: cannot be extended")
     assert "curve of n003" in best and "reward_plateau (info): reward flat over the second half" in best
     assert block(prompt, "n002").startswith("## n002 — on the best path") and "curve of n002" in block(prompt, "n002")
     assert block(prompt, "n001").startswith("## n001 — the tree policy's pick; on the best path")
@@ -298,9 +314,9 @@ def test_a_tight_budget_drops_lower_nodes_curves_before_the_best_node_s_and_the_
                       status=Status.SUCCEEDED, val_score=0.5 + (0.2 if i == 13 else i / 1000), val_stderr=0.015,
                       rationale="x" * 300))
     expandable = [None] + [n.id for n in tree.scored() if n.depth < 3]
-    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=4900)
-    assert len(prompt) <= 4900 * 4
-    assert block(prompt, "n013").startswith("## n013 — best validation so far; at the depth limit")
+    prompt = user_prompt(tree, PromptView("n002", expandable, "30 of 40"), max_tokens=5000)
+    assert len(prompt) <= 5000 * 4
+    assert block(prompt, "n013").startswith("## n013 — best validation so far; at or past the depth limit")
     assert "curve of n013" in block(prompt, "n013")
     assert "curve of n030" in block(prompt, "n030")  # the stage that ended last: what just happened, before the pick
     assert "curve of n029" not in prompt  # lower nodes lose their curves (and blocks) first
@@ -530,7 +546,8 @@ def test_a_finding_every_stage_shows_is_said_once_above_the_blocks():
 
 def test_the_learning_rate_limit_is_stated_before_a_proposal_needs_it():
     tree = hand_built_tree()
-    assert "Learning-rate limit: none (no collapse yet" in user_prompt(tree)
+    assert "Learning-rate limit: none yet (a stage that scores 25% or more below its parent is a collapse" \
+        in user_prompt(tree)
     tree.add(Node("n005", "n001", 2, {**DEFAULTS, "learning_rate": 5e-4}, seed=5, proposer="llm", commit="root",
                   status=Status.SUCCEEDED, val_score=0.20, val_stderr=0.013, steps=20))
     line = next(line for line in user_prompt(tree).splitlines() if line.startswith("Learning-rate limit:"))
