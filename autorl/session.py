@@ -128,7 +128,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         pair=pair_on_items(nodes),
     )
     return LLMProposer(
-        template.space, client, context, study, workspace=workspace, max_depth=config.max_depth, hybrid=hybrid,
+        template.space, client, context, study, workspace=workspace, hybrid=hybrid,
         budget_text=budget.for_proposer, notify=notify, seed=seed,
     )
 

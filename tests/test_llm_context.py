@@ -178,7 +178,7 @@ def test_an_llm_reply_with_search_is_refused_by_name(tmp_path):
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
                            context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
-                           max_depth=3, hybrid=False)
+                           hybrid=False)
     reply = {"parent": "base", "hyperparameters": DEFAULTS, "edit": [], "rationale": "r", "expected_effect": "",
              "search": []}
     with pytest.raises(ProposalError, match="search: Extra inputs are not permitted"):
@@ -194,7 +194,7 @@ def test_the_session_seed_reaches_the_hybrid_sampler(tmp_path):
     for seed in (100, 101):
         proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
                                context(hybrid=True), hpo.open_study(tmp_path, f"s{seed}", seed=seed),
-                               Workspace.create(TEMPLATE, tmp_path / f"w{seed}"), max_depth=3, hybrid=True, seed=seed)
+                               Workspace.create(TEMPLATE, tmp_path / f"w{seed}"), hybrid=True, seed=seed)
         drawn.append(proposer.sample_ranges([SearchRange(name="learning_rate", low=1e-5, high=1e-4)], None, Tree())[1])
     assert drawn[0] != drawn[1]
 
@@ -205,7 +205,7 @@ def test_feedback_is_forgotten_once_a_later_stage_has_run(tmp_path):
 
     proposer = LLMProposer(TEMPLATE.space, LLMClient(LLMSettings(model="m", base_url="http://127.0.0.1:9/v1")),
                            context(), hpo.open_study(tmp_path, "s", seed=0), Workspace.create(TEMPLATE, tmp_path / "w"),
-                           max_depth=3, hybrid=False)
+                           hybrid=False)
     proposer.feedback.append("your proposal nearly repeats n001")
     tree = hand_built_tree()
     proposer.observe(tree, tree.nodes["n001"])

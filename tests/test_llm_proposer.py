@@ -58,7 +58,7 @@ def make_proposer(tmp_path, workspace):
         )
         context = ContextBuilder(TEMPLATE.program, "beat 60%", TEMPLATE.space, curves=lambda node_id: "reward rising")
         study = hpo.open_study(tmp_path, "s", seed=0)
-        proposer = LLMProposer(TEMPLATE.space, client, context, study, workspace=workspace, max_depth=3,
+        proposer = LLMProposer(TEMPLATE.space, client, context, study, workspace=workspace,
                                hybrid=hybrid, notify=notices.append)
         proposer.notices = notices
         return proposer

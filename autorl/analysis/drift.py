@@ -40,8 +40,10 @@ def weight_drift(start: Path, end: Path) -> Drift | None:
             handle = files.enter_context(safe_open(str(path), framework="pt"))
             for name in handle.keys():
                 before = handle.get_tensor(name)
-                after = ends[name].get_tensor(name) if name in ends else None
-                if after is None or after.shape != before.shape or not before.is_floating_point():
+                if name not in ends or not before.is_floating_point():
+                    continue
+                after = ends[name].get_tensor(name)
+                if after.shape != before.shape:
                     continue
                 before, after = before.double(), after.double()
                 moved += ((after - before) ** 2).sum().item()

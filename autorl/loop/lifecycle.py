@@ -265,7 +265,7 @@ class StageLifecycle:
             return self.template.base_model_dir(self.workspace.path)
         node, cache = self.tree.nodes[node_id], self.node_dir(node_id) / "checkpoint"
         if node.checkpoint == STORED:
-            return self.tracker.checkpoints.local_folder(node.mlflow_run_id) or (cache if cache.is_dir() else None)
+            return self.tracker.checkpoints.at_hand(node.mlflow_run_id, cache)
         return cache if node.checkpoint != DELETED and cache.is_dir() else None
 
     def eval_items(self, node_id: str | None) -> list[dict]:

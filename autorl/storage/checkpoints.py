@@ -69,15 +69,19 @@ class CheckpointStore:
         self.repository(run_id).log_artifacts(str(folder), ARTIFACT)
         shutil.rmtree(folder, ignore_errors=True)
 
+    def at_hand(self, run_id: str, cache: Path) -> Path | None:
+        """The run's checkpoint as a folder on this machine without downloading it: the store's
+        own when it is local, else ``cache`` once a fetch filled it (None: neither holds it)."""
+        folder = self.local_folder(run_id) or cache
+        return folder if (folder / "config.json").is_file() else None
+
     def fetch(self, run_id: str, cache: Path) -> Path:
         """A local folder holding the run's checkpoint: the store's own when it is local, else
         ``cache``, downloaded once (a download cut short is never taken for a checkpoint)."""
+        if (found := self.at_hand(run_id, cache)) is not None:
+            return found
         if (local := self.local_folder(run_id)) is not None:
-            if not (local / "config.json").is_file():
-                raise CheckpointError(f"run {run_id} has no checkpoint in its artifact store ({local})")
-            return local
-        if (cache / "config.json").is_file():
-            return cache
+            raise CheckpointError(f"run {run_id} has no checkpoint in its artifact store ({local})")
         partial = cache.with_name(cache.name + PARTIAL)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)

@@ -33,7 +33,7 @@ from search.proposers.base import Proposal, ProposalDropped
 from search.proposers.tpe import TpeProposer
 from search.space import SearchSpace
 from search.study import fail_orphan_trials, fail_trial, record_node, reseed
-from search.tree import Node, Tree, may_extend
+from search.tree import Node, Tree
 
 MAX_REPAIRS = 2
 MAX_CONSECUTIVE_DROPS = 3
@@ -183,7 +183,6 @@ class LLMProposer:
         context: ContextBuilder,
         study: optuna.Study,
         workspace: ScriptSource,
-        max_depth: int,
         hybrid: bool,
         budget_text: Callable[[], str] = lambda: "",
         notify: Callable[[str], None] = lambda text: None,
@@ -194,7 +193,6 @@ class LLMProposer:
         self.context = context
         self.study = study
         self.workspace = workspace
-        self.max_depth = max_depth
         self.hybrid = hybrid
         self.name = "hybrid" if hybrid else "llm"
         self.notify = notify
@@ -276,7 +274,7 @@ class LLMProposer:
         return self.workspace.train_script_at(commit), commit
 
     def expandable(self, tree: Tree) -> list[str | None]:
-        return [None] + [n.id for n in tree.scored() if may_extend(n, self.max_depth, keep_on_tie=True)]
+        return [None] + [n.id for n in tree.scored() if self.context.extendable(n)]  # the rule its prompt states
 
     def parents(self, tree: Tree) -> set[str]:
         """Any node it may extend: the model may pick another parent than the policy's."""
