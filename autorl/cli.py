@@ -124,6 +124,7 @@ def research(
     study_storage: Optional[str] = option("study_storage", envvar="AUTORL_STUDY_STORAGE"),
     keep_checkpoints: str = option("keep_checkpoints"),
     memory: str = option("memory"),
+    noise_probe: str = option("noise_probe"),
     register: Optional[str] = option("register_as"),
     llm: Optional[str] = option("llm_model", envvar="AUTORL_LLM"),
     llm_base_url: Optional[str] = option("llm_base_url", envvar="OPENAI_BASE_URL"),
@@ -159,6 +160,7 @@ def research(
         patience=patience,
         runs_dir=runs, tracking_uri=tracking_uri or default_uri(runs), study_storage=study_storage,
         keep_checkpoints=keep_checkpoints, register_as=register, memory=memory,
+        noise_probe=noise_probe,
         llm_model=llm, llm_base_url=llm_base_url, llm_timeout_s=llm_timeout, max_llm_tokens=max_llm_tokens,
         llm_prompt_tokens=llm_prompt_tokens,
         max_llm_cost=max_llm_cost, llm_reasoning_effort=llm_reasoning_effort, llm_fallback=llm_fallback,
@@ -501,6 +503,8 @@ def show(
         console.print(f"[yellow]{NO_GAIN}[/] (base val {fmt(data['base_score'])})")
     if data.get("memory"):
         console.print(f"memory: {data['memory']}", highlight=False)
+    if data.get("seed_noise"):
+        console.print(f"seed noise: {data['seed_noise']}", highlight=False)
     if (dashboard := dashboard_command(tracker, name)) is not None:
         console.print(f"its Optuna study:  {dashboard}", highlight=False)
 

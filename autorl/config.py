@@ -20,6 +20,7 @@ SandboxKind = Literal["auto", "bwrap", "none"]
 ExecutorKind = Literal["local", "ray"]
 KeepCheckpoints = Literal["frontier", "all"]
 MemoryMode = Literal["on", "off"]
+NoiseProbeMode = Literal["auto", "off"]
 STRATEGIES = get_args(Strategy)
 APPROVE_MODES = get_args(ApproveMode)
 DEFAULT_TEMPLATE = "digitsort"  # GRPO gains on it in a default session (benchmarks/results/first_run.md)
@@ -133,6 +134,10 @@ class SessionConfig(BaseModel):
     memory: MemoryMode = Field(
         "on", description="Read what earlier sessions in this store measured on the same template (same frozen files "
                           "and space.toml), from any strategy: a section of the LLM's prompt, and TPE's warm start.")
+    noise_probe: NoiseProbeMode = Field(
+        "auto", description="Where the template declares no seed-to-seed spread and memory brought no estimate: "
+                            "train the first stage from the base model once more with another seed, to measure "
+                            "it (auto: with tree, llm and hybrid; off: never). Verdicts after it count it.")
     register_as: str | None = Field(None, description="Register the winner's model under this name in MLflow's model "
                                  "registry (it is logged as an MLflow model either way).")
     llm_model: str | None = Field(None, description="Model name at the OpenAI-compatible endpoint.")
@@ -259,6 +264,7 @@ FLAGS = {  # config field -> the CLI option that sets it, so an error names what
     "parallel": "--parallel", "trial_cpus": "--trial-cpus",
     "executor": "--executor", "ray_address": "--ray-address", "ablate": "--ablate", "study_storage": "--study-storage",
     "keep_checkpoints": "--keep-checkpoints", "register_as": "--register", "memory": "--memory",
+    "noise_probe": "--noise-probe",
 }
 
 

@@ -25,7 +25,7 @@ from autorl.loop.budget import Budget, session_budget
 from autorl.loop.controller import Controller
 from autorl.loop.goals import Goals
 from autorl.loop.observer import Observer
-from autorl.session import CREATING, Stores, assemble, check_llm, make_sandbox, session_journal
+from autorl.session import CREATING, Stores, assemble, check_llm, make_sandbox, session_journal, session_noise
 from autorl.stages import template as templates
 from autorl.stages.frozen import FrozenGuard
 from autorl.stages.workspace import Workspace
@@ -140,7 +140,7 @@ def resume_locked(name: str, tracker: Tracker, config: SessionConfig, stored: Se
         observer.message(f"rebuilt the session folder from MLflow: {', '.join(restored)}")
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
-    budget = session_budget(config, template, Goals(config.target, config.patience, template.stage_sd))
+    budget = session_budget(config, template, Goals(config.target, config.patience, session_noise(config, template)))
     restore_spending(budget, tree, template)
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)

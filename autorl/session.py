@@ -30,6 +30,7 @@ from autorl.loop.collaborators import Collaborators
 from autorl.loop.controller import Controller
 from autorl.loop.goals import Goals
 from autorl.loop.lifecycle import validation_items
+from autorl.loop.noise_probe import probe_wanted
 from autorl.loop.observer import Observer, Observers
 from autorl.stages import remote_stage
 from autorl.stages.evaluate import FrozenEvaluator
@@ -49,7 +50,7 @@ from autorl.trainer_options import edit_options_text
 from autorl.views.session_report import report_session
 from sandbox import DEFAULT_LIMITS, Limits, Sandbox, WorkerPlan, choose_sandbox, select_gpus
 from search import study as optuna_study
-from search.context import ContextBuilder, Noise
+from search.context import ContextBuilder
 from search.earlier import warm_start
 from search.errors import LLMSetupError
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_endpoint, check_price
@@ -65,6 +66,7 @@ from search.proposers import (
     RandomScheduleProposer,
     TpeProposer,
 )
+from search.seed_noise import Noise, Repeat
 from search.steering import STEP
 from search.tree import Comparison, Tree
 
@@ -117,7 +119,7 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         template.program, config.topic, template.space,
         curves=lambda node_id: curves_text(summarise_curves(read_records(nodes / node_id / "metrics.jsonl"))),
         train_py=workspace.train_script_at(workspace.root_commit), diff=cache(workspace.diff_from_template),
-        noise=template_noise(template), max_depth=config.max_depth, hybrid=hybrid,
+        noise=budget.goals.noise, max_depth=config.max_depth, hybrid=hybrid,
         max_tokens=config.llm_prompt_tokens,
         train_size=template.constants.get("stage", {}).get("train_size"),
         completions_per_step=template.constants.get("stage", {}).get("completions_per_step"),
@@ -178,10 +180,19 @@ def check_llm(config: SessionConfig, api_key: str | None, observer: Observer | N
 
 
 def template_noise(template: Template) -> Noise:
-    """The seed-to-seed spread of one stage, as the template states it, for the LLM's prompt."""
+    """The seed-to-seed spread of one stage, as the template states it (or none)."""
     if not template.stage_sd:
         return Noise()
     return Noise(template.stage_sd, template.stage_sd_source or "measured for this template")
+
+
+def session_noise(config: SessionConfig, template: Template) -> Noise:
+    """The seed-to-seed spread of one stage: as the template states it, else what earlier
+    sessions' repeats measured (memory), else what this session's probe will measure."""
+    if template.stage_sd:
+        return template_noise(template)
+    earlier = [Repeat.from_dict(r) for r in Memory.load(config.session_dir).repeats]
+    return Noise(earlier=earlier, probing=probe_wanted(config) and not earlier)
 
 
 def study_folder(config: SessionConfig) -> Path:
@@ -294,7 +305,7 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     files.save_memory(memory)
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock, files)
-    budget = session_budget(config, template, Goals(config.target, config.patience, template.stage_sd))
+    budget = session_budget(config, template, Goals(config.target, config.patience, session_noise(config, template)))
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 
@@ -372,6 +383,7 @@ def assemble(config: SessionConfig, template: Template, stores: Stores, budget: 
         proposer=proposer,
         policy=None if proposer.chooses_parent else tree_policy(config),
         report=partial(report_session, stores.tracker, config.name, config.session_dir),
+        noise=budget.goals.noise,  # the one the goals, the verdicts and the LLM's prompt all count
     )
     return Controller(config, template, parts, stores.run_id, budget=budget, observer=observer, gate=gate,
                       tree=tree, lock=stores.lock)

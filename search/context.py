@@ -42,6 +42,7 @@ from search.mattered import mattered_text
 from search.memory import RELATIVE_DROP, learning_rate_limit
 from search.novelty import TOLERANCE, repeat_band
 from search.policy import BestFirstPolicy
+from search.seed_noise import Noise
 from search.siblings import MAX_PAIRS, sibling_pairs, siblings_text
 from search.space import SearchSpace
 from search.study import N_STARTUP_TRIALS
@@ -135,38 +136,6 @@ def facts_text(space: SearchSpace, train_size: int | None, completions_per_step:
 
 
 @dataclass
-class Noise:
-    """How far apart two scores must be before they mean anything.
-
-    ``stage_sd`` is the seed-to-seed spread of one stage (the same values from the same
-    parent, another training seed), measured per template (``benchmarks/stage_spread.py``,
-    stored in the template's ``[noise]`` constants); None when the template has none.
-    """
-
-    stage_sd: float | None = None
-    source: str = ""
-
-    def text(self, tree: Tree) -> str:
-        se = tree.base_stderr or 0.0  # the base model's: known from the start, so this text never changes
-        lines = [f"- Evaluation: a validation score's standard error is about {se:.3f} (binomial, "
-                 "from the evaluator); a paired comparison of a child with its parent on the same items is "
-                 "tighter."]
-        if self.stage_sd is not None:
-            lines.append(f"- Training randomness: the same stage with another seed scores with a spread of sd "
-                         f"{self.stage_sd:.3f} ({self.source}). Two stages that differ by less than about "
-                         f"{2 * max(self.stage_sd, se):.3f} are not distinguishable from one run each.")
-        else:
-            lines.append("- Training randomness: not measured for this template; expect the seed-to-seed spread "
-                         "of a stage to be at least the evaluation's standard error.")
-        spread = f"² + {self.stage_sd:.3f}²" if self.stage_sd else "²"
-        lines.append(f"- A paired verdict against the parent says better or worse only beyond "
-                     f"2 × √(paired SE{spread}); below that it says tie, so a tie of +2 paired SE is a lead the "
-                     "seed noise can explain, not "
-                     "nothing.")
-        return "\n".join(lines)
-
-
-@dataclass
 class PromptView:
     """What the proposer knows when it asks: the tree policy's pick (None: the base model),
     the nodes that may be extended, the budget, the feedback to pass on, and what came of
@@ -241,7 +210,7 @@ class ContextBuilder:
             score = f"val {node.val_score:.3f} ± {node.val_stderr:.3f}"
             if node.comparison:
                 c = node.comparison
-                score += f" ({c.delta:+.3f} ± {c.stderr:.3f} paired vs parent: {c.verdict}{self.beyond(c)})"
+                score += f" ({c.delta:+.3f} ± {c.stderr:.3f} paired vs parent: {c.verdict}{self.beyond(tree, c)})"
             score += "".join(f", {key} {value:.3g}" for key, value in node.eval_metrics.items())
         else:
             score = node.status.value + (f" ({node.reason[:120]})" if node.reason else "")
@@ -277,9 +246,11 @@ class ContextBuilder:
         return ("\n\n# Stages in flight (proposed, not scored yet)\n\nTheir scores are not known yet; a proposal "
                 "that nearly repeats one of them from the same parent is not run.\n" + "\n".join(lines))
 
-    def beyond(self, comparison: Comparison) -> str:
-        """The margin this comparison's verdict was drawn at, so a tie reads as near or far."""
-        return f", beyond ±{verdict_margin(comparison.stderr, self.noise.stage_sd or 0.0):.3f}"
+    def beyond(self, tree: Tree, comparison: Comparison) -> str:
+        """The margin this comparison's verdict was drawn at, so a tie reads as near or far
+        (a record from before comparisons kept their spread: the spread known now)."""
+        stage_sd = comparison.stage_sd if comparison.stage_sd is not None else self.noise.sd(tree) or 0.0
+        return f", beyond ±{verdict_margin(comparison.stderr, stage_sd):.3f}"
 
     def limit_note(self, node: Node) -> str:
         if node.depth < self.max_depth:
@@ -414,7 +385,7 @@ class ContextBuilder:
         if node.comparison:
             c = node.comparison
             lines.append(f"- against its parent (paired, same {c.n} items): "
-                         f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}{self.beyond(c)}")
+                         f"{c.delta:+.3f} ± {c.stderr:.3f} → {c.verdict}{self.beyond(tree, c)}")
         if node.rationale:
             lines.append(f"- why it was proposed: {_clip_words(node.rationale, RATIONALE_CHARS)}")
         own = [f for f in node.diagnosis if f.name not in (shared or {})]
@@ -440,7 +411,7 @@ class ContextBuilder:
     def sibling_lines(self, tree: Tree) -> tuple[list[str], int]:
         """Lines for the first ``MAX_PAIRS`` pairs of children of one parent, paired on the
         validation items (the most any shape shows), and how many pairs there are."""
-        sibling_sd = math.sqrt(2) * (self.noise.stage_sd or 0.0)  # each sibling trained with a seed of its own
+        sibling_sd = math.sqrt(2) * (self.noise.sd(tree) or 0.0)  # each sibling trained with a seed of its own
         text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd), MAX_PAIRS)
         return (text.splitlines() if text else []), len(sibling_pairs(tree))
 
@@ -472,7 +443,7 @@ class ContextBuilder:
         return prompt(
             "propose", budget=view.budget, base_score=base, depth=self.depth_text(tree) + self.limit_text(tree),
             mattered=mattered,
-            siblings=self.siblings_section(siblings, shape["siblings"]),
+            siblings=self.siblings_section(siblings, shape["siblings"]) + self.noise.measured_text(tree),
             winner=self.winner_text(tree), tpe=self.tpe_text(tree),
             edits=edits_text(tree, self.edit_summary, shape["edits"]),
             tree=self.tree_text(tree, shape["lines"], shape["failures"]), in_flight=self.in_flight_text(tree),

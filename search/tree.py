@@ -59,6 +59,7 @@ class Comparison:
     stderr: float
     n: int
     verdict: Literal["better", "worse", "tie"]
+    stage_sd: float | None = None  # the training spread the verdict counted (None: a record from before it was kept)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -114,6 +115,7 @@ class Node:
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the evaluator's extra numbers (e.g. format_rate)
     checkpoint: str = ""  # "stored" in its run's artifacts, "deleted" by retention; "" in the session folder (older)
     weight_drift: float | None = None  # ‖θ − θ_start‖ / ‖θ_start‖ of its checkpoint (autorl/analysis/drift.py)
+    repeat_of: str | None = None  # the stage it trains again with another seed, to measure noise (search/seed_noise.py)
     planned_steps: int = 0  # the GRPO steps its spec asked for (not stored: the spec.json holds it)
 
     @property

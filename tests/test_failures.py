@@ -100,7 +100,7 @@ def fast_session(tmp_path, runs_dir, tracker, name, stages):
     template = templates.load(str(make_template(tmp_path / "tpl", train_py="copy_train.py",
                                                 evaluate_py="fast_evaluate.py")))
     config = make_config(name=name, topic="t", template=str(template.path), stages=stages, runs_dir=runs_dir,
-                         tracking_uri=tracker.uri)
+                         tracking_uri=tracker.uri, noise_probe="off")  # the proposer alone decides here
     return create_session(config, template, tracker)
 
 

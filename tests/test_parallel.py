@@ -84,7 +84,11 @@ def test_a_parallel_session_overlaps_its_stages_and_records_every_one(tmp_path, 
     assert data["status"] == "finished" and data["stages_spent"] == 5
     assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 5
     assert most_at_once(intervals(data)) == 2  # side by side, never more than asked
-    assert len({json.dumps(n["hyperparameters"], sort_keys=True) for n in data["nodes"]}) == 5
+    (repeat,) = [n for n in data["nodes"] if n["repeat_of"]]  # the noise probe, once its original had scored
+    original = next(n for n in data["nodes"] if n["id"] == repeat["repeat_of"])
+    assert repeat["hyperparameters"] == original["hyperparameters"] and repeat["parent"] is original["parent"] is None
+    assert original["ended_at"] <= repeat["started_at"]
+    assert len({json.dumps(n["hyperparameters"], sort_keys=True) for n in data["nodes"]}) == 4
     assert all(n["mlflow_status"] == "FINISHED" for n in data["nodes"])
 
 

@@ -57,6 +57,9 @@ def write_as(runs_dir, version: int) -> None:
             if key in session.data.tags:
                 client.delete_tag(session.info.run_id, key)
         client.set_tag(session.info.run_id, old if version == 2 else new, tags[new])
+    config = json.loads(session.data.tags["autorl.config"])
+    config.pop("noise_probe", None)  # an option added after version 2 (its stored configs read it as off)
+    client.set_tag(session.info.run_id, "autorl.config", json.dumps(config))
     for run in tracker.node_runs(session.info.run_id):
         node = records.node_from_run(run)
         for key in (records.VERSION_KEY, records.NODE_KEY):

@@ -66,8 +66,11 @@ def check_invariants(runs_dir, data):
             == sum(n["steps"] for n in data["nodes"]))
     study = hpo.open_study(runs_dir / "sessions" / "s", "s", 3)  # the session keeps its own journal
     complete = sorted(t.number for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE)
-    owned = sorted(int(client.get_run(n["mlflow_run_id"]).data.tags["autorl.optuna_trial"]) for n in data["nodes"])
-    assert complete == owned  # every finished trial is a node and every node a finished trial
+    tags = {n["id"]: client.get_run(n["mlflow_run_id"]).data.tags for n in data["nodes"]}
+    owned = [int(t["autorl.optuna_trial"]) for t in tags.values() if "autorl.optuna_trial" in t]
+    told = {t.number: t.user_attrs["node"] for t in study.trials if "node" in t.user_attrs}  # stages Optuna did not ask
+    assert sorted(told.values()) == sorted(n for n, t in tags.items() if "autorl.optuna_trial" not in t)
+    assert complete == sorted(owned + list(told))  # every finished trial is a node and every node a finished trial
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 

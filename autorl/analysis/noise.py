@@ -41,4 +41,4 @@ def paired_comparison(child: list[dict], parent: list[dict], z: float = Z, stage
         verdict = "tie" if mean == 0 else ("better" if mean > 0 else "worse")
     else:
         verdict = "better" if mean > margin else "worse" if mean < -margin else "tie"
-    return Comparison(mean, stderr, n, verdict)
+    return Comparison(mean, stderr, n, verdict, stage_sd)

@@ -29,6 +29,7 @@ from autorl.loop.collaborators import Collaborators
 from autorl.loop.deferred import Deferred
 from autorl.loop.ledger import Ledger
 from autorl.loop.lifecycle import StageLifecycle
+from autorl.loop.noise_probe import NoiseProbe, probe_wanted
 from autorl.loop.observer import Observer
 from autorl.loop.reconcile import in_flight
 from autorl.loop.retention import Retention
@@ -42,6 +43,7 @@ from autorl.stages.template import Template
 from autorl.stages.timing import TRAINED_KEY, productive_seconds, utc_now
 from autorl.storage.earlier_sessions import Memory
 from autorl.storage.lock import SessionLock
+from autorl.storage.session_files import NOISE_TAG
 from search.importance import param_importance
 from search.proposers import Proposal, ProposalDeferred, ProposalDropped
 from search.tree import Node, Status, Tree
@@ -74,6 +76,7 @@ class Controller:
         self.ledger = Ledger(budget, self.tree, parts.tracker, session_run_id, self.slots.size)
         self.retention = Retention(config.keep_checkpoints, self.tree, self.stages, parts.proposer, parts.policy,
                                    budget, self.observer)
+        self.probe = NoiseProbe(probe_wanted(config), parts.noise)
         self.scoring = Scoring(parts.executor.evaluator, template.base_model_dir(parts.workspace.path), self.stages,
                                self.tree, parts.tracker, session_run_id, self.ledger, self.observer)
 
@@ -84,6 +87,7 @@ class Controller:
         for line in self.parts.executor.describe(self.slots.size, self.config.parallel):
             self.observer.message(line)
         self.observer.message(f"memory: {Memory.load(self.config.session_dir).summary()}")
+        self.note_noise()
         try:
             self.parts.executor.open()
             if self.tree.base_score is None or not self.scoring.has_base_items():
@@ -137,6 +141,28 @@ class Controller:
         running stage to end)."""
         self.gate.wait_while_paused(while_waiting=self.handle_events)
         self.check_stop()
+        proposal = self.probe.proposal(self.tree, self.budget) or self.ask_proposer()
+        if proposal is None:
+            return None
+        self.retention.waiting = proposal.parent  # its checkpoint stays while a person decides
+        try:
+            reviewed = self.review.consider(proposal, self.tree, while_waiting=self.handle_events,
+                                            check_stop=self.check_stop)
+        finally:
+            self.retention.waiting = None
+        if reviewed is None:
+            self.probe.declined = self.probe.declined or proposal.repeat_of is not None
+            return None
+        proposal = self.fit_to_budget(reviewed.proposal)
+        faults.point("proposal_accepted")
+        node = self.stages.create(proposal, reviewed.decision)
+        self.review.accepted(node, reviewed)
+        self.budget.charge_stage(node.id, self.template.stage_steps(node.hyperparameters))
+        return node
+
+    def ask_proposer(self) -> Proposal | None:
+        """The proposer's next stage from the tree policy's pick (None when it was dropped, or
+        the proposer waits for a running stage to end)."""
         stages_left, stages = self.budget.stages_left(self.template.stage_steps(self.template.space.defaults()))
         parent = self.parts.policy.select(self.tree, stages_left, stages) if self.parts.policy else None
         try:
@@ -150,20 +176,7 @@ class Controller:
             self.dropped(exc)
             return None
         self.dropped_in_a_row = 0
-        self.retention.waiting = proposal.parent  # its checkpoint stays while a person decides
-        try:
-            reviewed = self.review.consider(proposal, self.tree, while_waiting=self.handle_events,
-                                            check_stop=self.check_stop)
-        finally:
-            self.retention.waiting = None
-        if reviewed is None:
-            return None
-        proposal = self.fit_to_budget(reviewed.proposal)
-        faults.point("proposal_accepted")
-        node = self.stages.create(proposal, reviewed.decision)
-        self.review.accepted(node, reviewed)
-        self.budget.charge_stage(node.id, self.template.stage_steps(node.hyperparameters))
-        return node
+        return proposal
 
     def dropped(self, exc: ProposalDropped) -> None:
         """A proposal that cannot run (invalid, a duplicate): nothing is charged, so many in a
@@ -275,10 +288,19 @@ class Controller:
         self.retention.prune()
         if node.frozen_violation:
             raise FrozenFileError(node.reason)
+        if node.repeat_of:
+            self.note_noise()
         self.breaches = self.breaches + 1 if breach else 0
         if self.breaches >= MAX_BREACHES_IN_A_ROW:
             raise ContractError(f"{self.breaches} stages in a row broke the template contract; the last: "
                                 f"{node.reason}. Fix the template and start a new session")
+
+    def note_noise(self) -> None:
+        """Say what the verdicts count as seed noise: on the first screen, and on the session
+        run for `show` and the report."""
+        summary = self.parts.noise.summary(self.tree)
+        self.observer.message(f"seed noise: {summary}")
+        self.parts.tracker.set_tags(self.session_run_id, {NOISE_TAG: summary})
 
     def reconcile(self) -> None:
         """Finish what a killed controller left in flight (autorl/loop/reconcile.py)."""

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from search.seed_noise import Noise
 from search.tree import Tree
 
 NOISE_UNITS = 2.0  # a gain counts when it beats the best by this many standard errors of the difference
@@ -22,14 +23,14 @@ PERCENT = re.compile(r"(\d{1,3}(?:\.\d+)?)\s*(?:%|percent\b)")
 class Goals:
     target: float | None = None
     patience: int | None = None
-    stage_sd: float = 0.0  # the template's seed-to-seed spread of a stage: part of "beyond noise"
+    noise: Noise = field(default_factory=Noise)  # the seed-to-seed spread of a stage: part of "beyond noise"
 
     def met(self, tree: Tree) -> str | None:
         """Why the session may stop now, or None."""
         best = tree.best()
         if self.target is not None and best is not None and best.val_score >= self.target:
             return f"target {self.target:g} reached: {best.id} scored {best.val_score:.3f} on validation"
-        if self.patience is not None and stages_without_gain(tree, self.stage_sd) >= self.patience:
+        if self.patience is not None and stages_without_gain(tree, self.noise.sd(tree) or 0.0) >= self.patience:
             return f"no gain beyond noise in the last {self.patience} stages (--patience {self.patience})"
         return None
 

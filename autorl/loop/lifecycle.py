@@ -24,6 +24,7 @@ from autorl.errors import CheckpointError, ContractError, FrozenFileError
 from autorl.loop.budget import Budget
 from autorl.loop.collaborators import Collaborators
 from autorl.loop.deferred import Deferred
+from autorl.loop.noise_probe import is_repeat
 from autorl.loop.observer import Observer
 from autorl.stages.evaluate import EvalResult
 from autorl.stages.spec import TrialSpec
@@ -87,11 +88,13 @@ class StageLifecycle:
         """The node a proposal becomes, with its train.py commit and its MLflow run."""
         parent = self.tree.nodes.get(proposal.parent) if proposal.parent else None
         node_id = self.tree.next_id()
+        values = self.template.space.check(proposal.hyperparameters)
+        original = self.tree.nodes.get(proposal.repeat_of) if proposal.repeat_of else None
         node = Node(
             id=node_id,
             parent=proposal.parent,
             depth=1 if parent is None else parent.depth + 1,
-            hyperparameters=self.template.space.check(proposal.hyperparameters),
+            hyperparameters=values,
             seed=self.config.seed * 1000 + len(self.tree.nodes) + 1,
             proposer=self.parts.proposer.name,
             commit=self.commit_for(parent, proposal, node_id),
@@ -101,6 +104,7 @@ class StageLifecycle:
             edited=proposal.train_py is not None,
             optuna_trial=proposal.optuna_trial,
             decision=decision,
+            repeat_of=original.id if is_repeat(proposal, original, values) else None,
         )
         faults.point("node_committed")
         if node.edited:
@@ -232,7 +236,7 @@ class StageLifecycle:
     def diagnose(self, node: Node, outcome: StageOutcome) -> None:
         """Name what went wrong (or right) in this stage, against its parent on the same items."""
         node.comparison = paired_comparison(self.eval_items(node.id), self.eval_items(node.parent),
-                                            stage_sd=self.template.stage_sd) if node.scored else None
+                                            stage_sd=self.parts.noise.sd(self.tree) or 0.0) if node.scored else None
         node.weight_drift = self.drift(node)
         self.reward_scale.learn(outcome.records)
         node.diagnosis = fit_to_space(diagnose(outcome.records, node.comparison, self.reward_scale),

@@ -6,8 +6,10 @@ one written before the tag existed has it computed from the two files it logged 
 started. At its start a session (``--memory on``, the default) reads every earlier
 session with its fingerprint, from any strategy, and keeps what it read as ``memory.json``
 in its folder and in MLflow: the prompt section for the LLM, the stages that warm-start
-TPE, and which sessions they came from. A resume reads that file, never the store again,
-so a session finished after this one started does not change what this one knew.
+TPE, the stages they repeated to measure seed noise (``repeats``: a file written before
+they were kept has none), and which sessions they came from. A resume reads that file,
+never the store again, so a session finished after this one started does not change what
+this one knew.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from autorl.storage.records import nodes_from_runs, session_tags_of
 from autorl.storage.session_files import MEMORY as MEMORY_FILE
 from autorl.storage.tracking import Tracker
 from search.earlier import EarlierSession, memory_text, memory_trials
+from search.seed_noise import repeats_in
 from search.space import SearchSpace
 from search.tree import Tree
 
@@ -45,6 +48,7 @@ class Memory:
     sessions: list[dict] = field(default_factory=list)  # name, strategy, stages
     text: str = ""  # the LLM prompt's section
     trials: list[dict] = field(default_factory=list)  # TPE's warm start (search/earlier.py: memory_trials)
+    repeats: list[dict] = field(default_factory=list)  # stages trained again with another seed (search/seed_noise.py)
     version: int = MEMORY_VERSION
 
     def summary(self) -> str:
@@ -86,7 +90,8 @@ def read_memory(tracker: Tracker, fingerprint: str, space: SearchSpace, exclude_
     session's, to name an earlier one that trained its stages with the same seeds)."""
     sessions = earlier_sessions(tracker, fingerprint, exclude_run_id)
     return Memory(mode="on", sessions=[{"name": s.name, "strategy": s.strategy, "stages": s.stages} for s in sessions],
-                  text=memory_text(sessions, space, seed), trials=memory_trials(sessions, space))
+                  text=memory_text(sessions, space, seed), trials=memory_trials(sessions, space),
+                  repeats=[r.to_dict() for s in sessions for r in repeats_in(s.tree, s.name)])
 
 
 def earlier_sessions(tracker: Tracker, fingerprint: str, exclude_run_id: str) -> list[EarlierSession]:

@@ -20,6 +20,9 @@ Stored records are a format. Every run written from version 3 on carries
   an earlier version has it in the session folder (``nodes/<id>/checkpoint``), and its
   session's Optuna study is in the runs directory's shared journal.
 
+A stored session config written before an option existed reads with that option as the
+session ran: ``noise_probe`` off.
+
 A node run that holds no record (its creation was cut short before version 3 wrote
 every tag at once) is not a node: readers skip it, and the node's next creation takes
 its place (``Tracker.start_node``).
@@ -235,6 +238,7 @@ def stored_config(run) -> SessionConfig | None:
         return None
     data = _loads(run.data.tags, "autorl.config", {}, run.info.run_id)
     known = {key: value for key, value in data.items() if key in SessionConfig.model_fields}
+    known.setdefault("noise_probe", "off")  # a session started before the probe existed goes on without one
     try:
         return SessionConfig.model_validate(known)
     except ValidationError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 from autorl.errors import SessionError
 from autorl.storage.lock import SessionLock
 from autorl.storage.records import nodes_from_runs, session_tags_of
-from autorl.storage.session_files import MEMORY_TAG
+from autorl.storage.session_files import MEMORY_TAG, NOISE_TAG
 from autorl.storage.tracking import Tracker
 from search.tree import Node
 
@@ -55,6 +55,7 @@ def session_summary(run) -> dict[str, Any]:
         "counters": {k: v for k, v in metrics.items() if k.startswith("llm_") or k in COUNTERS},
         "importance": json.loads(tags.get("autorl.importance") or "null"),
         "memory": tags.get(MEMORY_TAG),  # what it read of earlier sessions on its template (None: before memory)
+        "seed_noise": tags.get(NOISE_TAG),  # the seed-to-seed spread its verdicts count (None: before it was said)
     }
 
 

@@ -37,6 +37,7 @@ from autorl.stages.workspace import Workspace
 from autorl.storage.tracking import Tracker
 
 MEMORY_TAG = "autorl.memory"  # one line: what the session read of earlier ones
+NOISE_TAG = "autorl.seed_noise"  # one line: the seed-to-seed spread its verdicts count, and where it came from
 
 FOLDER = "session"
 BUNDLE = "workspace.bundle"

@@ -37,6 +37,8 @@ def summary_lines(data: dict) -> list[str]:
              f"**Status:** {data.get('status')} — {data.get('reason') or ''}"]
     if data.get("memory"):
         lines.append(f"**Memory:** {data['memory']}")
+    if data.get("seed_noise"):
+        lines.append(f"**Seed noise:** {data['seed_noise']}")
     if best:
         lines.append(f"**Winner:** {best['id']} ({' › '.join(['base', *best['path']])}): validation "
                      f"{fmt(best['val_score'])} ± {fmt(best['val_stderr'])}, test {fmt(best.get('test_score'))} "

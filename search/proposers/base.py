@@ -32,6 +32,8 @@ class Proposal(BaseModel):
     train_py: str | None = Field(None, description="The parent's train.py with the edit applied, if any.")
     optuna_trial: int | None = Field(None, description="Trial number when Optuna chose the values.")
     transcript: list[dict] = Field(default_factory=list, description="LLM messages and replies behind it.")
+    repeat_of: str | None = Field(None, description="The node whose stage it trains again with another seed "
+                                                    "(a repeat that measures seed noise).")
 
 
 @runtime_checkable
