@@ -230,7 +230,8 @@ def test_a_session_shows_the_llm_each_scored_stage_s_curves_and_diagnosis(tmp_pa
                             reply("n001", 0.6))
     with LLMServer(llm) as server:
         done = run_cli("research", "t", "--template", str(template), "--stages", "5", "--strategy", "llm",
-                       "--name", "seen", "--noise-probe", "off", "--llm", "scripted", "--llm-base-url", server.url, "--llm-timeout", "5",
+                       "--name", "seen", "--noise-probe", "off",
+                       "--llm", "scripted", "--llm-base-url", server.url, "--llm-timeout", "5",
                        env={"OPENAI_API_KEY": "sk-test"})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(run_cli("show", "seen", "--json").stdout)

@@ -101,7 +101,8 @@ def test_a_config_stored_before_the_probe_existed_resumes_without_one(tmp_path):
     data = SessionConfig(name="s", topic="t", template="arith", runs_dir=tmp_path,
                          tracking_uri=f"sqlite:///{tmp_path}/m.db").model_dump(mode="json")
     data.pop("noise_probe")
-    run = SimpleNamespace(data=SimpleNamespace(tags={"autorl.config": json.dumps(data)}), info=SimpleNamespace(run_id="r"))
+    run = SimpleNamespace(data=SimpleNamespace(tags={"autorl.config": json.dumps(data)}),
+                          info=SimpleNamespace(run_id="r"))
     assert stored_config(run).noise_probe == "off"
 
 
