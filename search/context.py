@@ -249,8 +249,13 @@ class ContextBuilder:
     def beyond(self, tree: Tree, comparison: Comparison) -> str:
         """The margin this comparison's verdict was drawn at, so a tie reads as near or far
         (a record from before comparisons kept their spread: the spread known now)."""
-        stage_sd = comparison.stage_sd if comparison.stage_sd is not None else self.noise.sd(tree) or 0.0
-        return f", beyond ±{verdict_margin(comparison.stderr, stage_sd):.3f}"
+        now = self.noise.sd(tree) or 0.0
+        drawn = comparison.stage_sd if comparison.stage_sd is not None else now
+        text = f", beyond ±{verdict_margin(comparison.stderr, drawn):.3f}"
+        if abs(drawn - now) > 1e-9:  # drawn before the seed spread was measured, or before a later repeat
+            before = "with an earlier estimate of the seed spread" if drawn else "before the seed spread was measured"
+            text += f" (drawn {before}; with the current one ±{verdict_margin(comparison.stderr, now):.3f})"
+        return text
 
     def limit_note(self, node: Node) -> str:
         if node.depth < self.max_depth:

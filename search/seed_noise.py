@@ -89,12 +89,13 @@ class Noise:
         repeats = self.repeats(tree)
         if repeats:
             return f"sd {pooled_sd(repeats):.3f} of a stage, estimated from {_count(repeats)} ({_labels(repeats)})"
-        return ("not measured yet: this session repeats its first stage with another seed to measure it"
-                if self.probing else "not measured: the template declares none and no stage was repeated")
+        if self.probing:
+            return "not measured yet: a noise probe will train the first stage again with another seed"
+        return "not measured: the template declares none and no stage was repeated"
 
     def text(self, tree: Tree) -> str:
         """The prompt's noise section, as known when the session started (the prompt's
-        unchanging part: an estimate measured later is shown with the tree)."""
+        unchanging part: an estimate measured later is shown after the sibling pairs)."""
         se = tree.base_stderr or 0.0  # the base model's: known from the start, so this text never changes
         lines = [f"- Evaluation: a validation score's standard error is about {se:.3f} (binomial, "
                  "from the evaluator); a paired comparison of a child with its parent on the same items is "
@@ -113,7 +114,7 @@ class Noise:
             lines.append("- Training randomness: not measured for this template; expect the seed-to-seed spread "
                          "of a stage to be at least the evaluation's standard error."
                          + (" This session repeats its first stage from the base model with another seed to "
-                            "measure it; the estimate is shown with the tree once the repeat is scored, and "
+                            "measure it; once the repeat is scored, the estimate is shown after the sibling pairs, and "
                             "verdicts drawn after it count it." if self.probing else ""))
         spread = f"² + {sd:.3f}²" if sd else "² + stage sd²" if self.probing else "²"
         lines.append(f"- A paired verdict against the parent says better or worse only beyond "

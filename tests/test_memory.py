@@ -93,23 +93,26 @@ def test_a_template_is_the_same_when_its_frozen_files_and_space_are():
 
 @pytest.mark.slow
 def test_a_session_reads_the_earlier_sessions_on_its_template_and_only_those(fast_template, tmp_path, runs_dir):
-    first = run_cli("research", "t", "--template", str(fast_template), "--stages", "3", "--seed", "1",
+    first = run_cli("research", "t", "--template", str(fast_template), "--stages", "5", "--seed", "1",
                     "--name", "first")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "memory: on: no earlier session on this template in this store" in first.stdout
     second = run_cli("research", "t", "--template", str(fast_template), "--stages", "1", "--seed", "2",
                      "--name", "second")
     assert second.returncode == 0, second.stdout + second.stderr
-    said = "memory: read 1 earlier session on this template: first (tree, 3 stages); 3 stages warm-start TPE"
+    said = "memory: read 1 earlier session on this template: first (tree, 5 stages); 5 stages warm-start TPE"
     assert said in second.stdout
     shown = json.loads(run_cli("show", "second", "--json").stdout)
     assert shown["memory"] == said.removeprefix("memory: ")
     assert said in run_cli("show", "second").stdout
     study = open_study(runs_dir / "sessions" / "second", "second", seed=0)
     assert sorted(t.user_attrs[MEMORY_ATTR] for t in study.trials if MEMORY_ATTR in t.user_attrs) == [
-        "first/n001", "first/n002", "first/n003"]
+        "first/n001", "first/n002", "first/n003", "first/n004", "first/n005"]
     held = Memory.load(runs_dir / "sessions" / "second")
     assert "first/n001" in held.text and [s["name"] for s in held.sessions] == ["first"]
+    (repeat,) = held.repeats  # first's noise probe: the seed spread is known before second trains anything
+    assert (repeat["original"], repeat["repeat"], repeat["session"]) == ("n001", "n002", "first")
+    assert "of a stage, estimated from 1 repeated stage (n002 repeats n001 in first: " in second.stdout
 
     off = run_cli("research", "t", "--template", str(fast_template), "--stages", "1", "--name", "off",
                   "--memory", "off")
@@ -133,7 +136,7 @@ def test_a_session_reads_the_earlier_sessions_on_its_template_and_only_those(fas
     assert "first/n001" in section and "second/n001" in section and "off/n001" in section
     assert "elsewhere" not in section
     assert "- off (tree, 1 stages scored, 2 training steps in all, the same --seed as this session)" in section
-    assert "- first (tree, 3 stages scored, 6 training steps in all):" in section  # --seed 1, not the default 0
+    assert "- first (tree, 5 stages scored, 10 training steps in all):" in section  # --seed 1, not the default 0
 
 
 def test_the_prompt_says_why_there_is_no_memory_section():

@@ -76,19 +76,19 @@ def test_slots_hand_back_steps_and_results_in_order():
 @pytest.mark.slow
 def test_a_parallel_session_overlaps_its_stages_and_records_every_one(tmp_path, runs_dir):
     template = make_template(tmp_path / "tpl", train_py="slow_copy_train.py", evaluate_py="fast_evaluate.py")
-    done = run_cli("research", "side by side", "--template", str(template), "--stages", "5", "--parallel", "2",
+    done = run_cli("research", "side by side", "--template", str(template), "--stages", "6", "--parallel", "2",
                    "--name", "par", "--seed", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "up to 2 stages at once" in done.stdout
     data = json.loads(run_cli("show", "par", "--json").stdout)
-    assert data["status"] == "finished" and data["stages_spent"] == 5
-    assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 5
+    assert data["status"] == "finished" and data["stages_spent"] == 6
+    assert [n["status"] for n in data["nodes"]] == ["succeeded"] * 6
     assert most_at_once(intervals(data)) == 2  # side by side, never more than asked
     (repeat,) = [n for n in data["nodes"] if n["repeat_of"]]  # the noise probe, once its original had scored
     original = next(n for n in data["nodes"] if n["id"] == repeat["repeat_of"])
     assert repeat["hyperparameters"] == original["hyperparameters"] and repeat["parent"] is original["parent"] is None
     assert original["ended_at"] <= repeat["started_at"]
-    assert len({json.dumps(n["hyperparameters"], sort_keys=True) for n in data["nodes"]}) == 4
+    assert len({json.dumps(n["hyperparameters"], sort_keys=True) for n in data["nodes"]}) == 5
     assert all(n["mlflow_status"] == "FINISHED" for n in data["nodes"])
 
 

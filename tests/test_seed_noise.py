@@ -75,8 +75,9 @@ def test_no_probe_where_the_spread_is_known_or_the_budget_could_not_use_it():
     assert NoiseProbe(True, Noise(0.014, "declared")).proposal(tree, room) is None
     assert NoiseProbe(True, Noise(earlier=[Repeat("n1", "n2", (0.5, 0.52), "s")])).proposal(tree, room) is None
     assert NoiseProbe(False, Noise()).proposal(tree, room) is None
-    assert NoiseProbe(True, Noise()).proposal(tree, Budget(max_train_steps=160, spent_train_steps=130)) is None
-    assert NoiseProbe(True, Noise()).proposal(tree, Budget(max_stages=8, spent_stages=7)) is None
+    assert NoiseProbe(True, Noise()).proposal(tree, Budget(max_train_steps=160, spent_train_steps=90)) is None
+    assert NoiseProbe(True, Noise()).proposal(tree, Budget(max_train_steps=160, spent_train_steps=80)) is not None
+    assert NoiseProbe(True, Noise()).proposal(tree, Budget(max_stages=8, spent_stages=5)) is None
     declined = NoiseProbe(True, Noise())
     declined.declined = True
     assert declined.proposal(tree, room) is None
@@ -125,6 +126,11 @@ def test_the_prompt_says_a_probe_is_coming_then_what_it_measured_and_counts_it_i
     line = next(line for line in after.splitlines() if line.startswith("Seed noise measured by repetition"))
     assert "n002 repeats n001: 0.630 vs 0.600 → stage sd ≈ 0.021 (1 degree of freedom" in line
     assert f"beyond ±{2 * math.hypot(0.01, 0.0212):.3f}" in after  # the margin the verdict was drawn at
+    early = scored("n004", parent="n001", score=0.62, comparison=Comparison(0.02, 0.01, 1000, "tie", 0.0))
+    tree.add(early)
+    line = next(line for line in prompt_for(tree, noise).splitlines() if line.startswith("- n004"))
+    assert (f"beyond ±0.020 (drawn before the seed spread was measured; with the current one "
+            f"±{2 * math.hypot(0.01, 0.03 / math.sqrt(2)):.3f})") in line
 
 
 STATIC_MARK = "# The template's train.py"
@@ -132,16 +138,16 @@ STATIC_MARK = "# The template's train.py"
 
 @pytest.mark.slow
 def test_a_tree_session_repeats_its_first_stage_and_later_verdicts_count_the_estimate(tmp_path, runs_dir):
-    """3 real GRPO stages on arith, 4 steps each: n002 trains n001's values again from the base
+    """5 real GRPO stages on arith, 4 steps each: n002 trains n001's values again from the base
     model with another seed; n003's verdict counts the spread the two scores give, and
     `show` says where it came from."""
     from conftest import make_template, run_cli
 
     template = make_template(tmp_path / "tpl", space={"max_steps": "[4]"})
-    done = run_cli("research", "t", "--template", str(template), "--stages", "3", "--strategy", "tree",
+    done = run_cli("research", "t", "--template", str(template), "--stages", "5", "--strategy", "tree",
                    "--name", "probe", "--seed", "3")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "seed noise: not measured yet: this session repeats its first stage" in done.stdout
+    assert "seed noise: not measured yet: a noise probe will train the first stage again" in done.stdout
     shown = run_cli("show", "probe", "--json")
     nodes = {n["id"]: n for n in json.loads(shown.stdout)["nodes"]}
     first, repeat, third = nodes["n001"], nodes["n002"], nodes["n003"]
@@ -152,3 +158,20 @@ def test_a_tree_session_repeats_its_first_stage_and_later_verdicts_count_the_est
     assert third["comparison"]["stage_sd"] == pytest.approx(estimate)
     text = run_cli("show", "probe").stdout
     assert f"seed noise: sd {estimate:.3f} of a stage, estimated from 1 repeated stage (n002 repeats n001: " in text
+
+
+@pytest.mark.slow
+def test_a_session_killed_while_its_probe_trains_resumes_to_the_tree_it_would_have_grown(fast_template, runs_dir):
+    from conftest import run_cli
+
+    args = ["--template", str(fast_template), "--stages", "5", "--seed", "3", "--memory", "off"]  # alike, each alone
+    whole = run_cli("research", "t", *args, "--name", "whole")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    killed = run_cli("research", "t", *args, "--name", "cut", env={"AUTORL_FAULT": "mid_training:2"})
+    assert killed.returncode < 0, killed.stdout + killed.stderr
+    assert run_cli("resume", "cut").returncode == 0
+    nodes = {name: json.loads(run_cli("show", name, "--json").stdout)["nodes"] for name in ("whole", "cut")}
+    assert [n["repeat_of"] for n in nodes["cut"]] == [None, "n001", None, None, None]
+    shape = {name: [(n["parent"], n["hyperparameters"], n["repeat_of"], n["val_score"]) for n in found]
+             for name, found in nodes.items()}
+    assert shape["cut"] == shape["whole"]

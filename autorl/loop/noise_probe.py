@@ -5,9 +5,10 @@ spread (``search/seed_noise.py``), which every verdict drawn afterwards counts a
 LLM's prompt states.
 
 One probe per session: it runs once a first unedited stage from the base model has
-scored, and only while the budget left holds it twice over (a probe in the last
-stage would measure what no later stage can use). A person may reject it (``--approve
-all``) or change its values, which makes it an ordinary stage; nothing asks again.
+scored, and only while the budget left holds it and three more such stages (it costs
+one stage: in a short session, a large share of the budget for verdicts few stages
+use). A person may reject it (``--approve all``) or change its values, which makes it
+an ordinary stage; nothing asks again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from autorl.loop.budget import Budget
 from search.proposers import Proposal
 from search.seed_noise import Noise
 from search.tree import Node, Tree
+
+STAGES_AFTER = 3  # the budget must hold this many stages after the probe: one that no verdict uses is waste
 
 
 class NoiseProbe:
@@ -35,7 +38,7 @@ class NoiseProbe:
         if original is None:
             return None
         stages_left, _ = budget.stages_left(original.steps)
-        if stages_left is not None and stages_left < 2:
+        if stages_left is not None and stages_left < 1 + STAGES_AFTER:
             return None
         return Proposal(parent=None, hyperparameters=dict(original.hyperparameters), repeat_of=original.id,
                         rationale=f"a repeat of {original.id} with another training seed, to measure the "
