@@ -254,7 +254,9 @@ class ContextBuilder:
         text = f", beyond ±{verdict_margin(comparison.stderr, drawn):.3f}"
         if abs(drawn - now) > 1e-9:  # drawn before the seed spread was measured, or before a later repeat
             before = "with an earlier estimate of the seed spread" if drawn else "before the seed spread was measured"
-            text += f" (drawn {before}; with the current one ±{verdict_margin(comparison.stderr, now):.3f})"
+            margin = verdict_margin(comparison.stderr, now)
+            counted = "better" if comparison.delta > margin else "worse" if comparison.delta < -margin else "tie"
+            text += f"; that verdict was drawn {before}: counted now, beyond ±{margin:.3f}, it reads {counted}"
         return text
 
     def limit_note(self, node: Node) -> str:

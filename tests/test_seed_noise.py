@@ -129,8 +129,12 @@ def test_the_prompt_says_a_probe_is_coming_then_what_it_measured_and_counts_it_i
     early = scored("n004", parent="n001", score=0.62, comparison=Comparison(0.02, 0.01, 1000, "tie", 0.0))
     tree.add(early)
     line = next(line for line in prompt_for(tree, noise).splitlines() if line.startswith("- n004"))
-    assert (f"beyond ±0.020 (drawn before the seed spread was measured; with the current one "
-            f"±{2 * math.hypot(0.01, 0.03 / math.sqrt(2)):.3f})") in line
+    assert (f"tie, beyond ±0.020; that verdict was drawn before the seed spread was measured: counted now, "
+            f"beyond ±{2 * math.hypot(0.01, 0.03 / math.sqrt(2)):.3f}, it reads tie)") in line
+    tree.nodes["n004"].comparison = Comparison(0.03, 0.01, 1000, "better", 0.0)
+    line = next(line for line in prompt_for(tree, noise).splitlines() if line.startswith("- n004"))
+    assert "better, beyond ±0.020; that verdict was drawn before the seed spread was measured" in line
+    assert "counted now, beyond ±0.047, it reads tie)" in line
 
 
 STATIC_MARK = "# The template's train.py"
