@@ -162,6 +162,8 @@ def test_a_tree_session_repeats_its_first_stage_and_later_verdicts_count_the_est
     assert third["comparison"]["stage_sd"] == pytest.approx(estimate)
     text = run_cli("show", "probe").stdout
     assert f"seed noise: sd {estimate:.3f} of a stage, estimated from 1 repeated stage (n002 repeats n001: " in text
+    report = (runs_dir / "sessions" / "probe" / "report" / "report.md").read_text()
+    assert f"**Seed noise:** sd {estimate:.3f} of a stage, estimated from 1 repeated stage" in report
 
 
 @pytest.mark.slow
