@@ -201,6 +201,10 @@ class ContextBuilder:
         diff = self.diff(node.commit)
         return f" [edited train.py: {diff_summary(diff)}]" if diff else " [edited train.py]"
 
+    def script_of(self, node: Node) -> str:
+        """A sibling's train.py in one phrase: which edit, not only that there was one."""
+        return self.edit_summary(node).replace("edited train.py", "edited", 1) if node.edited else "the parent's"
+
     def edit_summary(self, node: Node) -> str:
         diff = self.diff(node.commit) if node.commit else ""
         return f"edited train.py ({diff_summary(diff)})" if diff else "edited train.py"
@@ -419,7 +423,8 @@ class ContextBuilder:
         """Lines for the first ``MAX_PAIRS`` pairs of children of one parent, paired on the
         validation items (the most any shape shows), and how many pairs there are."""
         sibling_sd = math.sqrt(2) * (self.noise.sd(tree) or 0.0)  # each sibling trained with a seed of its own
-        text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd), MAX_PAIRS)
+        text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd), MAX_PAIRS,
+                             script=self.script_of)
         return (text.splitlines() if text else []), len(sibling_pairs(tree))
 
     @staticmethod

@@ -36,12 +36,14 @@ def sibling_pairs(tree: Tree) -> list[tuple[Node, Node]]:
     return pairs
 
 
-def differences(a: Node, b: Node) -> str:
-    """What differs between two siblings: their values, and train.py."""
+def differences(a: Node, b: Node, script: Callable[[Node], str] | None = None) -> str:
+    """What differs between two siblings: their values, and train.py (``script`` names a
+    node's: by default only whether its proposal edited it)."""
+    script = script or _script
     changed = [f"{name} {_short(a.hyperparameters[name])} vs {_short(b.hyperparameters.get(name))}"
                for name in a.hyperparameters if a.hyperparameters[name] != b.hyperparameters.get(name)]
     if a.commit != b.commit:
-        changed.append(f"train.py {_script(a)} vs {_script(b)}")
+        changed.append(f"train.py {script(a)} vs {script(b)}")
     if not changed:
         return "nothing (the same values and train.py: the gap is training noise)"
     credit = f" ({len(changed)} differ at once: the gap cannot be credited to one)" if len(changed) > 2 else ""
@@ -49,7 +51,7 @@ def differences(a: Node, b: Node) -> str:
 
 
 def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], margin: Callable[[float], float],
-                  limit: int = MAX_PAIRS) -> str:
+                  limit: int = MAX_PAIRS, script: Callable[[Node], str] | None = None) -> str:
     """The prompt's lines on sibling pairs ("" when no parent has two scored children).
     ``compare(a, b)`` is a minus b paired on the validation items; ``margin(stderr)`` the
     distance a difference must go past to be a verdict."""
@@ -64,7 +66,7 @@ def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], 
             verdict = "tie" if abs(comparison.delta) <= bar else f"{a.id if comparison.delta > 0 else b.id} better"
             gap = f"{comparison.delta:+.3f} ± {comparison.stderr:.3f} paired on {comparison.n} items → {verdict} " \
                   f"(beyond ±{bar:.3f})"
-        lines.append(f"- {a.id} − {b.id} (both from {parent}): {gap}; they differ in: {differences(a, b)}")
+        lines.append(f"- {a.id} − {b.id} (both from {parent}): {gap}; they differ in: {differences(a, b, script)}")
     return "\n".join(lines)
 
 

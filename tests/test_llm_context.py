@@ -507,7 +507,20 @@ def test_two_children_of_one_parent_are_compared_paired_with_what_differs():
     # each sibling carries its own training noise: 2·√(0.008² + (√2·0.012)²) = 0.038
     assert line.startswith("- n002 − n005 (both from n001): +0.031 ± 0.008 paired on 1000 items → tie (beyond ±0.038)")
     assert f"temperature {DEFAULTS['temperature']:.3g} vs 0.7" in line
-    assert "train.py edited by its proposal vs the parent's" in line
+    assert "train.py edited (+1/-1 lines, e.g. `BATCH_SIZE = 32`) vs the parent's" in line  # which edit, not only one
+
+
+def test_two_edited_siblings_say_which_edit_each_made():
+    from search.siblings import differences
+
+    a = Node("n002", "n001", 2, DEFAULTS, seed=2, proposer="llm", commit="c2", edited=True)
+    b = Node("n003", "n001", 2, DEFAULTS, seed=3, proposer="llm", commit="c3", edited=True)
+    diffs = {"c2": DIFF, "c3": DIFF.replace("32", "16")}
+    builder = context()
+    builder.diff = lambda commit: diffs[commit]
+    assert differences(a, b, builder.script_of) == ("train.py edited (+1/-1 lines, e.g. `BATCH_SIZE = 32`) vs "
+                                                    "edited (+1/-1 lines, e.g. `BATCH_SIZE = 16`)")
+    assert differences(a, b) == "train.py edited by its proposal vs edited by its proposal"
 
 
 def test_no_siblings_section_without_two_scored_children_of_one_parent():
