@@ -7,7 +7,9 @@ measured by repetition: a stage trained again from the same start, with the same
 and ``train.py`` and another seed (``Node.repeat_of``). A pair of repeats scored
 ``a`` and ``b`` on the same validation items gives ``(a − b)² / 2`` as an estimate of the
 variance, with one degree of freedom; pairs from this session and from earlier sessions
-on the same template (memory) are pooled. Verdicts drawn after an estimate exists count
+on the same template (memory) are pooled, with the evaluation's standard error counted as
+one more pair (one repeat that lands on its twin's score would otherwise claim no spread
+at all, and every later verdict would be too sure). Verdicts drawn after an estimate exists count
 it; the prompt says how it was obtained and how rough it is.
 """
 
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from search.tree import Tree
 
 MAX_LABELS = 4  # repeats named in one line (the estimate pools them all)
+PRIOR_PAIRS = 1  # the evaluation's standard error weighs as much as one repeat in the estimate
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,20 @@ def repeats_in(tree: Tree, session: str = "") -> list[Repeat]:
     return found
 
 
+def shrunk_sd(repeats: list[Repeat], prior_sd: float | None) -> float:
+    """The pooled estimate, shrunk toward ``prior_sd`` (the evaluation's standard error: the
+    spread expected before any repeat) as if it were one more pair, so one repeat that
+    lands on its twin's score does not claim a spread of 0 (None: no shrinking).
+
+    >>> round(shrunk_sd([Repeat("n1", "n2", (0.50, 0.50))], prior_sd=0.016), 4)
+    0.0113
+    """
+    if prior_sd is None:
+        return pooled_sd(repeats)
+    squares = sum((a - b) ** 2 / 2 for a, b in (r.scores for r in repeats))
+    return math.sqrt((PRIOR_PAIRS * prior_sd ** 2 + squares) / (PRIOR_PAIRS + len(repeats)))
+
+
 def pooled_sd(repeats: list[Repeat]) -> float:
     """The seed-to-seed standard deviation the pairs estimate, pooled (one degree of freedom each).
 
@@ -80,7 +97,7 @@ class Noise:
         if self.stage_sd is not None:
             return self.stage_sd
         repeats = self.repeats(tree)
-        return pooled_sd(repeats) if repeats else None
+        return shrunk_sd(repeats, tree.base_stderr) if repeats else None
 
     def summary(self, tree: Tree) -> str:
         """One line for `show`, the report and the first screen."""
@@ -88,7 +105,8 @@ class Noise:
             return f"sd {self.stage_sd:.3f} of a stage, declared by the template ({self.source})"
         repeats = self.repeats(tree)
         if repeats:
-            return f"sd {pooled_sd(repeats):.3f} of a stage, estimated from {_count(repeats)} ({_labels(repeats)})"
+            return (f"sd {self.sd(tree):.3f} of a stage, estimated from {_count(repeats)} ({_labels(repeats)})"
+                    + _shrink_note(tree))
         if self.probing:
             return "not measured yet: a noise probe will train the first stage again with another seed"
         return "not measured: the template declares none and no stage was repeated"
@@ -100,7 +118,8 @@ class Noise:
         lines = [f"- Evaluation: a validation score's standard error is about {se:.3f} (binomial, "
                  "from the evaluator); a paired comparison of a child with its parent on the same items is "
                  "tighter."]
-        sd = self.stage_sd if self.stage_sd is not None else (pooled_sd(self.earlier) if self.earlier else None)
+        sd = self.stage_sd if self.stage_sd is not None else (
+            shrunk_sd(self.earlier, tree.base_stderr) if self.earlier else None)
         if self.stage_sd is not None:
             lines.append(f"- Training randomness: the same stage with another seed scores with a spread of sd "
                          f"{self.stage_sd:.3f} ({self.source}). Two stages that differ by less than about "
@@ -108,8 +127,8 @@ class Noise:
         elif self.earlier:
             lines.append(f"- Training randomness: the template declares none; earlier sessions on it repeated "
                          f"stages with another seed ({_labels(self.earlier)}), which "
-                         f"estimates sd {sd:.3f} ({_dof(self.earlier)}). Two stages that differ by less than "
-                         f"about {2 * max(sd, se):.3f} are not distinguishable from one run each.")
+                         f"estimates sd {sd:.3f} ({_dof(self.earlier)}{_shrink_note(tree)}). Two stages that "
+                         f"differ by less than about {2 * max(sd, se):.3f} are not distinguishable from one run each.")
         else:
             lines.append("- Training randomness: not measured for this template; expect the seed-to-seed spread "
                          "of a stage to be at least the evaluation's standard error."
@@ -130,14 +149,20 @@ class Noise:
             return ""
         repeats = self.repeats(tree)
         return (f"\n\nSeed noise measured by repetition: {_labels(repeats)} → stage sd ≈ "
-                f"{pooled_sd(repeats):.3f} ({_dof(repeats)}: a rough estimate, one repeat can land close or far "
-                "by chance). Verdicts drawn since count it.")
+                f"{self.sd(tree):.3f} ({_dof(repeats)}{_shrink_note(tree)}: a rough estimate, one repeat can land "
+                "close or far by chance). Verdicts drawn since count it.")
 
 
 def _labels(repeats: list[Repeat], shown: int = MAX_LABELS) -> str:
     """The newest pairs by name (a line stays short however many a store holds)."""
     more = f"; and {len(repeats) - shown} earlier" if len(repeats) > shown else ""
     return "; ".join(r.label() for r in repeats[-shown:]) + more
+
+
+def _shrink_note(tree: Tree) -> str:
+    if tree.base_stderr is None:
+        return ""
+    return f", shrunk toward the evaluation's standard error {tree.base_stderr:.3f} as if it were one more pair"
 
 
 def _count(repeats: list[Repeat]) -> str:

@@ -46,10 +46,13 @@ def test_only_a_scored_repeat_of_a_scored_stage_counts():
 
 def test_a_declared_spread_wins_over_repeats_and_earlier_sessions_count_beside_this_one():
     tree = tree_with(scored("n001", score=0.60), scored("n002", score=0.64, repeat_of="n001"))
+    tree.base_stderr = None
     assert Noise(0.014, "5 seeds").sd(tree) == 0.014
     earlier = [Repeat("n001", "n002", (0.70, 0.70), session="yesterday")]
     assert Noise(earlier=earlier).sd(Tree()) == 0.0
-    assert Noise(earlier=earlier).sd(tree) == pytest.approx(math.sqrt(0.04 ** 2 / 4))
+    assert Noise(earlier=earlier).sd(tree) == pytest.approx(math.sqrt(0.04 ** 2 / 4))  # no prior without a base SE
+    tree.base_stderr = 0.016  # the evaluation's standard error weighs as one more pair
+    assert Noise(earlier=earlier).sd(tree) == pytest.approx(math.sqrt((0.016 ** 2 + 0.04 ** 2 / 2) / 3))
     assert "n002 repeats n001 in yesterday: 0.700 vs 0.700" in Noise(earlier=earlier).summary(tree)
 
 
@@ -124,17 +127,19 @@ def test_the_prompt_says_a_probe_is_coming_then_what_it_measured_and_counts_it_i
     after = prompt_for(tree, noise)
     assert after.split(STATIC_MARK)[0] == before.split(STATIC_MARK)[0]  # the cached prefix holds
     line = next(line for line in after.splitlines() if line.startswith("Seed noise measured by repetition"))
-    assert "n002 repeats n001: 0.630 vs 0.600 → stage sd ≈ 0.021 (1 degree of freedom" in line
+    shrunk = math.sqrt((0.016 ** 2 + 0.03 ** 2 / 2) / 2)  # the base's SE counted as one more pair
+    assert (f"n002 repeats n001: 0.630 vs 0.600 → stage sd ≈ {shrunk:.3f} (1 degree of freedom, shrunk toward the "
+            "evaluation's standard error 0.016 as if it were one more pair") in line
     assert f"beyond ±{2 * math.hypot(0.01, 0.0212):.3f}" in after  # the margin the verdict was drawn at
     early = scored("n004", parent="n001", score=0.62, comparison=Comparison(0.02, 0.01, 1000, "tie", 0.0))
     tree.add(early)
     line = next(line for line in prompt_for(tree, noise).splitlines() if line.startswith("- n004"))
     assert (f"tie, beyond ±0.020; that verdict was drawn before the seed spread was measured: counted now, "
-            f"beyond ±{2 * math.hypot(0.01, 0.03 / math.sqrt(2)):.3f}, it reads tie)") in line
+            f"beyond ±{2 * math.hypot(0.01, shrunk):.3f}, it reads tie)") in line
     tree.nodes["n004"].comparison = Comparison(0.03, 0.01, 1000, "better", 0.0)
     line = next(line for line in prompt_for(tree, noise).splitlines() if line.startswith("- n004"))
     assert "better, beyond ±0.020; that verdict was drawn before the seed spread was measured" in line
-    assert "counted now, beyond ±0.047, it reads tie)" in line
+    assert f"counted now, beyond ±{2 * math.hypot(0.01, shrunk):.3f}, it reads tie)" in line
 
 
 STATIC_MARK = "# The template's train.py"
@@ -143,7 +148,8 @@ STATIC_MARK = "# The template's train.py"
 @pytest.mark.slow
 def test_a_tree_session_repeats_its_first_stage_and_later_verdicts_count_the_estimate(tmp_path, runs_dir):
     """5 real GRPO stages on arith, 4 steps each: n002 trains n001's values again from the base
-    model with another seed; n003's verdict counts the spread the two scores give, and
+    model with another seed; n003's verdict counts the spread the two scores give (with the
+    evaluation's standard error as one more pair), and
     `show` says where it came from."""
     from conftest import make_template, run_cli
 
@@ -158,7 +164,8 @@ def test_a_tree_session_repeats_its_first_stage_and_later_verdicts_count_the_est
     assert repeat["repeat_of"] == "n001" and repeat["parent"] is None
     assert repeat["hyperparameters"] == first["hyperparameters"] and repeat["seed"] != first["seed"]
     assert first.get("repeat_of") is None and third.get("repeat_of") is None
-    estimate = abs(first["val_score"] - repeat["val_score"]) / math.sqrt(2)
+    base_se = json.loads(shown.stdout)["base_stderr"]  # counted as one more pair
+    estimate = math.sqrt((base_se ** 2 + (first["val_score"] - repeat["val_score"]) ** 2 / 2) / 2)
     assert third["comparison"]["stage_sd"] == pytest.approx(estimate)
     text = run_cli("show", "probe").stdout
     assert f"seed noise: sd {estimate:.3f} of a stage, estimated from 1 repeated stage (n002 repeats n001: " in text
