@@ -36,7 +36,7 @@ def edit_line(tree: Tree, node: Node, summary: str) -> str:
     twin = unedited_sibling(tree, node)
     if twin is not None:
         parts.append(f"{node.val_score - twin.val_score:+.3f} against {twin.id}, a sibling with the parent's "
-                     f"train.py (val {twin.val_score:.3f})")
+                     f"train.py (val {twin.val_score:.3f}){also_differs(node, twin)}")
     else:
         parts.append("no sibling without the edit to compare with")
     return f"{head}; " + "; ".join(parts)
@@ -51,3 +51,15 @@ def unedited_sibling(tree: Tree, node: Node) -> Node | None:
     if not siblings:
         return None
     return min(siblings, key=lambda s: sum(s.hyperparameters.get(k) != v for k, v in node.hyperparameters.items()))
+
+
+def also_differs(node: Node, twin: Node) -> str:
+    """What besides the edit sets the two apart ("" when only the edit does): a gap with
+    other values changed too cannot be credited to the edit alone."""
+    changed = [f"{name} {_short(value)} vs {_short(twin.hyperparameters.get(name))}"
+               for name, value in node.hyperparameters.items() if twin.hyperparameters.get(name) != value]
+    return f", which also differs in {', '.join(changed)}: the gap is not the edit's alone" if changed else ""
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

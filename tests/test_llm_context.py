@@ -437,7 +437,8 @@ def test_each_edit_is_shown_against_its_parent_and_a_sibling_without_it():
     n002, n006 = section.splitlines()[2:4]
     assert n002.startswith("- n002 ← n001: edited train.py (+1/-1 lines, e.g. `BATCH_SIZE = 32`)")
     assert "+0.021 ± 0.008 against its parent (better)" in n002
-    assert "+0.032 against n005, a sibling with the parent's train.py (val 0.590)" in n002
+    assert ("+0.032 against n005, a sibling with the parent's train.py (val 0.590), which also differs in "
+            f"temperature {DEFAULTS['temperature']:.3g} vs 0.7: the gap is not the edit's alone") in n002
     assert n006.startswith("- n006 ← n002: edited train.py") and "failed (train.py crashed: TypeError" in n006
 
 
