@@ -201,6 +201,10 @@ class ContextBuilder:
         diff = self.diff(node.commit)
         return f" [edited train.py: {diff_summary(diff)}]" if diff else " [edited train.py]"
 
+    def same_script(self, a: Node, b: Node) -> bool:
+        """Whether two nodes ran the same train.py: one commit, or two edits with one diff."""
+        return a.commit == b.commit or (a.edited and b.edited and self.diff(a.commit) == self.diff(b.commit))
+
     def script_of(self, node: Node) -> str:
         """A sibling's train.py in one phrase: which edit, not only that there was one."""
         return self.edit_summary(node).replace("edited train.py", "edited", 1) if node.edited else "the parent's"
@@ -424,7 +428,7 @@ class ContextBuilder:
         validation items (the most any shape shows), and how many pairs there are."""
         sibling_sd = math.sqrt(2) * (self.noise.sd(tree) or 0.0)  # each sibling trained with a seed of its own
         text = siblings_text(tree, self.pair, lambda stderr: verdict_margin(stderr, sibling_sd), MAX_PAIRS,
-                             script=self.script_of)
+                             script=self.script_of, same_script=self.same_script)
         return (text.splitlines() if text else []), len(sibling_pairs(tree))
 
     @staticmethod

@@ -36,22 +36,28 @@ def sibling_pairs(tree: Tree) -> list[tuple[Node, Node]]:
     return pairs
 
 
-def differences(a: Node, b: Node, script: Callable[[Node], str] | None = None) -> str:
+def differences(a: Node, b: Node, script: Callable[[Node], str] | None = None,
+                same_script: Callable[[Node, Node], bool] | None = None) -> str:
     """What differs between two siblings: their values, and train.py (``script`` names a
-    node's: by default only whether its proposal edited it)."""
+    node's: by default only whether its proposal edited it; ``same_script`` says whether two
+    commits hold the same file: by default only when they are one commit)."""
     script = script or _script
+    same = same_script(a, b) if same_script else a.commit == b.commit
     changed = [f"{name} {_short(a.hyperparameters[name])} vs {_short(b.hyperparameters.get(name))}"
                for name in a.hyperparameters if a.hyperparameters[name] != b.hyperparameters.get(name)]
-    if a.commit != b.commit:
+    if not same:
         changed.append(f"train.py {script(a)} vs {script(b)}")
     if not changed:
         return "nothing (the same values and train.py: the gap is training noise)"
+    if a.commit != b.commit and same:
+        changed[-1] += " (train.py: the same edit in both)"
     credit = f" ({len(changed)} differ at once: the gap cannot be credited to one)" if len(changed) > 2 else ""
     return "; ".join(changed) + credit
 
 
 def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], margin: Callable[[float], float],
-                  limit: int = MAX_PAIRS, script: Callable[[Node], str] | None = None) -> str:
+                  limit: int = MAX_PAIRS, script: Callable[[Node], str] | None = None,
+                  same_script: Callable[[Node, Node], bool] | None = None) -> str:
     """The prompt's lines on sibling pairs ("" when no parent has two scored children).
     ``compare(a, b)`` is a minus b paired on the validation items; ``margin(stderr)`` the
     distance a difference must go past to be a verdict."""
@@ -66,7 +72,8 @@ def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], 
             verdict = "tie" if abs(comparison.delta) <= bar else f"{a.id if comparison.delta > 0 else b.id} better"
             gap = f"{comparison.delta:+.3f} ± {comparison.stderr:.3f} paired on {comparison.n} items → {verdict} " \
                   f"(beyond ±{bar:.3f})"
-        lines.append(f"- {a.id} − {b.id} (both from {parent}): {gap}; they differ in: {differences(a, b, script)}")
+        differ = differences(a, b, script, same_script)
+        lines.append(f"- {a.id} − {b.id} (both from {parent}): {gap}; they differ in: {differ}")
     return "\n".join(lines)
 
 

@@ -522,6 +522,12 @@ def test_two_edited_siblings_say_which_edit_each_made():
     assert differences(a, b, builder.script_of) == ("train.py edited (+1/-1 lines, e.g. `BATCH_SIZE = 32`) vs "
                                                     "edited (+1/-1 lines, e.g. `BATCH_SIZE = 16`)")
     assert differences(a, b) == "train.py edited by its proposal vs edited by its proposal"
+    diffs["c3"] = DIFF  # each stage commits its own edit: two commits, one file
+    assert differences(a, b, builder.script_of, builder.same_script) == (
+        "nothing (the same values and train.py: the gap is training noise)")
+    b.hyperparameters = {**DEFAULTS, "temperature": 0.7}
+    assert differences(a, b, builder.script_of, builder.same_script) == (
+        f"temperature {DEFAULTS['temperature']:.3g} vs 0.7 (train.py: the same edit in both)")
 
 
 def test_no_siblings_section_without_two_scored_children_of_one_parent():
