@@ -30,6 +30,7 @@ from autorl.stages import template as templates
 from autorl.stages.frozen import FrozenGuard
 from autorl.stages.workspace import Workspace
 from autorl.storage import session_files
+from autorl.storage.earlier_sessions import Memory
 from autorl.storage.lock import SessionLock
 from autorl.storage.records import nodes_from_runs, session_tags_of, stored_config
 from autorl.storage.session_files import SessionFiles
@@ -140,7 +141,8 @@ def resume_locked(name: str, tracker: Tracker, config: SessionConfig, stored: Se
         observer.message(f"rebuilt the session folder from MLflow: {', '.join(restored)}")
     workspace = Workspace(config.session_dir / "workspace")
     guard = FrozenGuard(workspace.path / "env", json.loads((config.session_dir / "frozen_hashes.json").read_text()))
-    budget = session_budget(config, template, Goals(config.target, config.patience, session_noise(config, template)))
+    noise = session_noise(config, template, Memory.load(config.session_dir))  # memory.json, restored above
+    budget = session_budget(config, template, Goals(config.target, config.patience, noise))
     restore_spending(budget, tree, template)
     budget.started = time.monotonic() - run.data.metrics.get("session_seconds", 0.0)
     tracker.reopen_session(run.info.run_id, resumes=int(tags.get("autorl.resumes", 0)) + 1)

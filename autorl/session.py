@@ -186,12 +186,12 @@ def template_noise(template: Template) -> Noise:
     return Noise(template.stage_sd, template.stage_sd_source or "measured for this template")
 
 
-def session_noise(config: SessionConfig, template: Template) -> Noise:
+def session_noise(config: SessionConfig, template: Template, memory: Memory) -> Noise:
     """The seed-to-seed spread of one stage: as the template states it, else what earlier
-    sessions' repeats measured (memory), else what this session's probe will measure."""
+    sessions' repeats measured (``memory``), else what this session's probe will measure."""
     if template.stage_sd:
         return template_noise(template)
-    earlier = [Repeat.from_dict(r) for r in Memory.load(config.session_dir).repeats]
+    earlier = [Repeat.from_dict(r) for r in memory.repeats]
     return Noise(earlier=earlier, probing=probe_wanted(config) and not earlier)
 
 
@@ -305,7 +305,8 @@ def create_session(config: SessionConfig, template: Template, tracker: Tracker, 
     files.save_memory(memory)
     (config.session_dir / CREATING).unlink()
     stores = Stores(tracker, run_id, workspace, guard, sandbox, lock, files)
-    budget = session_budget(config, template, Goals(config.target, config.patience, session_noise(config, template)))
+    noise = session_noise(config, template, memory)
+    budget = session_budget(config, template, Goals(config.target, config.patience, noise))
     return assemble(config, template, stores, budget, observer=observer, gate=gate, api_key=api_key)
 
 

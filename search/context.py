@@ -55,6 +55,7 @@ from search.tree import (
     depth_ceiling,
     findings_text,
     may_extend,
+    verdict_at,
     verdict_margin,
 )
 
@@ -263,7 +264,7 @@ class ContextBuilder:
         if abs(drawn - now) > 1e-9:  # drawn before the seed spread was measured, or before a later repeat
             before = "with an earlier estimate of the seed spread" if drawn else "before the seed spread was measured"
             margin = verdict_margin(comparison.stderr, now)
-            counted = "better" if comparison.delta > margin else "worse" if comparison.delta < -margin else "tie"
+            counted = verdict_at(comparison.delta, margin)
             text += f"; that verdict was drawn {before}: counted now, beyond ±{margin:.3f}, it reads {counted}"
         return text
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from search.siblings import changed_values
 from search.tree import Node, Tree
 
 
@@ -56,10 +57,5 @@ def unedited_sibling(tree: Tree, node: Node) -> Node | None:
 def also_differs(node: Node, twin: Node) -> str:
     """What besides the edit sets the two apart ("" when only the edit does): a gap with
     other values changed too cannot be credited to the edit alone."""
-    changed = [f"{name} {_short(value)} vs {_short(twin.hyperparameters.get(name))}"
-               for name, value in node.hyperparameters.items() if twin.hyperparameters.get(name) != value]
+    changed = changed_values(node, twin)
     return f", which also differs in {', '.join(changed)}: the gap is not the edit's alone" if changed else ""
-
-
-def _short(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)

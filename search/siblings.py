@@ -43,8 +43,7 @@ def differences(a: Node, b: Node, script: Callable[[Node], str] | None = None,
     commits hold the same file: by default only when they are one commit)."""
     script = script or _script
     same = same_script(a, b) if same_script else a.commit == b.commit
-    changed = [f"{name} {_short(a.hyperparameters[name])} vs {_short(b.hyperparameters.get(name))}"
-               for name in a.hyperparameters if a.hyperparameters[name] != b.hyperparameters.get(name)]
+    changed = changed_values(a, b)
     if not same:
         changed.append(f"train.py {script(a)} vs {script(b)}")
     if not changed:
@@ -53,6 +52,12 @@ def differences(a: Node, b: Node, script: Callable[[Node], str] | None = None,
         changed[-1] += " (train.py: the same edit in both)"
     credit = f" ({len(changed)} differ at once: the gap cannot be credited to one)" if len(changed) > 2 else ""
     return "; ".join(changed) + credit
+
+
+def changed_values(a: Node, b: Node) -> list[str]:
+    """The values that differ between two nodes, as ``name a vs b``."""
+    return [f"{name} {_short(value)} vs {_short(b.hyperparameters.get(name))}"
+            for name, value in a.hyperparameters.items() if value != b.hyperparameters.get(name)]
 
 
 def siblings_text(tree: Tree, compare: Callable[[str, str], Comparison | None], margin: Callable[[float], float],

@@ -51,6 +51,11 @@ def verdict_margin(stderr: float, stage_sd: float = 0.0, z: float = VERDICT_Z) -
     return z * math.hypot(stderr, stage_sd)
 
 
+def verdict_at(delta: float, margin: float) -> Literal["better", "worse", "tie"]:
+    """A paired difference's verdict at ``margin`` (``verdict_margin``): better or worse only past it."""
+    return "better" if delta > margin else "worse" if delta < -margin else "tie"
+
+
 @dataclass(frozen=True)
 class Comparison:
     """A child against its parent on the same evaluation items (paired differences)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from search.tree import VERDICT_Z as Z
-from search.tree import Comparison, verdict_margin
+from search.tree import Comparison, verdict_at, verdict_margin
 
 
 def paired_comparison(child: list[dict], parent: list[dict], z: float = Z, stage_sd: float = 0.0) -> Comparison | None:
@@ -36,9 +36,4 @@ def paired_comparison(child: list[dict], parent: list[dict], z: float = Z, stage
     mean = sum(diffs) / n
     variance = sum((d - mean) ** 2 for d in diffs) / (n - 1)
     stderr = math.sqrt(variance / n)
-    margin = verdict_margin(stderr, stage_sd, z)
-    if margin == 0:
-        verdict = "tie" if mean == 0 else ("better" if mean > 0 else "worse")
-    else:
-        verdict = "better" if mean > margin else "worse" if mean < -margin else "tie"
-    return Comparison(mean, stderr, n, verdict, stage_sd)
+    return Comparison(mean, stderr, n, verdict_at(mean, verdict_margin(stderr, stage_sd, z)), stage_sd)
