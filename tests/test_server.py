@@ -105,3 +105,23 @@ def test_a_session_resumes_from_the_server_alone(server, fast_template, tmp_path
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "rebuilt the session folder from MLflow" in resumed.stdout
     assert shown_tree("cut", store, tmp_path / "d") == shown_tree("whole", store, tmp_path / "d")
+
+
+def test_a_session_killed_while_its_noise_probe_trains_resumes_from_the_server_alone(server, fast_template, tmp_path):
+    """The probe's node and the spread it measured live in MLflow like every other: killed while the
+    repeat trains, the runs folder deleted, resumed into an empty one, the tree of a session left alone."""
+    store = ["--tracking-uri", server["tracking"]]
+    args = ["research", "t", "--template", str(fast_template), "--stages", "5", "--seed", "5", "--memory", "off",
+            *store]
+    whole = run_cli(*args, "--name", "whole-probe", "--runs-dir", str(tmp_path / "a"))
+    assert whole.returncode == 0, whole.stderr
+    killed = run_cli(*args, "--name", "cut-probe", "--runs-dir", str(tmp_path / "b"),
+                     env={"AUTORL_FAULT": "mid_training:2"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    shutil.rmtree(tmp_path / "b")
+    resumed = run_cli("resume", "cut-probe", "--runs-dir", str(tmp_path / "c"), *store)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert shown_tree("cut-probe", store, tmp_path / "d") == shown_tree("whole-probe", store, tmp_path / "d")
+    shown = json.loads(run_cli("show", "cut-probe", "--json", "--runs-dir", str(tmp_path / "d"), *store).stdout)
+    assert [n["repeat_of"] for n in shown["nodes"]][:2] == [None, "n001"]
+    assert shown["seed_noise"].startswith("sd ") and "(n002 repeats n001: " in shown["seed_noise"]
