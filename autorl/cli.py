@@ -96,7 +96,8 @@ def research(
                                               help="Wall-clock budget of the whole session, e.g. 30m, 2h."),
     strategy: Optional[str] = typer.Option(
         None, "--strategy", metavar="|".join(choices("strategy")),
-        help="How the next stage is proposed [default: llm with --llm, else tree]."),
+        help="How the next stage is proposed; defaults is no search, the control: the space's "
+             "default stage down one path for the whole budget [default: llm with --llm, else tree]."),
     seed: int = option("seed"),
     max_depth: Optional[int] = option("max_depth"),
     schedule_prior: bool = option("schedule_prior"),
@@ -518,7 +519,7 @@ def dashboard_command(tracker, name: str) -> str | None:
     from search.study import storage_url
 
     config = stored_config(tracker.find_session(name))
-    if config is None or config.strategy in ("grid", "random", "greedy", "pbt"):
+    if config is None or config.strategy in ("grid", "random", "greedy", "pbt", "defaults"):
         return None
     return (f"optuna-dashboard {shlex.quote(storage_url(study_folder(config), config.study_storage))}  "
             "(pip install optuna-dashboard)")

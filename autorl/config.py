@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from autorl.errors import ConfigError
 
-Strategy = Literal["tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid"]
+Strategy = Literal["tree", "grid", "random", "optuna", "greedy", "pbt", "llm", "hybrid", "defaults"]
 ApproveMode = Literal["none", "edits", "all"]  # which proposals wait for a person: none, train.py edits, every stage
 WorkerKind = Literal["warm", "cold"]
 SandboxKind = Literal["auto", "bwrap", "none"]

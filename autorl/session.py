@@ -56,6 +56,7 @@ from search.errors import LLMSetupError
 from search.llm import LLMClient, LLMSettings, ReplyCache, check_endpoint, check_price
 from search.policy import BestFirstPolicy
 from search.proposers import (
+    DefaultsProposer,
     FlatTpeProposer,
     GreedyProposer,
     GridProposer,
@@ -104,6 +105,8 @@ def strategy_proposer(config: SessionConfig, template: Template, workspace: Work
         return GreedyProposer(space, depth, seed)
     if config.strategy == "pbt":
         return PbtProposer(space, seed=seed)
+    if config.strategy == "defaults":
+        return DefaultsProposer(space, depth, seed)
     study = optuna_study.open_study(study_folder(config), config.name, seed, config.study_storage)
     if config.strategy == "optuna":
         return FlatTpeProposer(space, depth, study, seed)  # its trials are whole schedules, not stages

@@ -38,6 +38,8 @@ from search_efficiency import REPO, paired_test, run_session, sign_flip_test, su
 
 LLM_STRATEGIES = ("hybrid", "llm")
 BASELINES = ("tree", "grid", "greedy", "pbt")
+CONTROLS = ("defaults",)  # no search: the space's defaults down one path for the whole budget
+COMPARED = BASELINES + CONTROLS
 ANSWERED_BY = "a strong hosted model shown only each request, through a loopback relay (../shared/relay/)"
 REPLAY_WALL_FACTOR = 4.0  # replays run beside other sessions: the session's stage limit, four times over
 MARGIN_POINTS = 5.0  # what the LLM's median must beat the best baseline's median by
@@ -49,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--train-steps", type=int, default=160)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=100)
-    parser.add_argument("--strategies", default=",".join(LLM_STRATEGIES + BASELINES))
+    parser.add_argument("--strategies", default=",".join(LLM_STRATEGIES + COMPARED))
     parser.add_argument("--jobs", type=int, default=2, help="sessions run side by side")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
@@ -201,7 +203,7 @@ def baselines_from(path: Path, args: argparse.Namespace) -> list[dict]:
         raise SystemExit(f"{path} is not {args.template} at {args.train_steps} steps")
     taken = []
     for session in data["sessions"]:
-        if session["strategy"] in BASELINES and session["strategy"] not in args.strategies \
+        if session["strategy"] in COMPARED and session["strategy"] not in args.strategies \
                 and session["seed"] in args.seed_list:
             source = session.get("source", "this benchmark")
             if source == "this benchmark":  # measured by the earlier run that wrote the file (its commit kept)
@@ -272,13 +274,16 @@ def margin(table: dict) -> dict | None:
     best_llm = max(llm, key=lambda s: table[s]["test_median"])
     best_base = max(base, key=lambda s: table[s]["test_median"])
     points = 100 * (table[best_llm]["test_median"] - table[best_base]["test_median"])
+    control = {f"{name}_points": 100 * (table[best_llm]["test_median"] - table[name]["test_median"])
+               for name in CONTROLS if name in table}  # against no search at all, beside the searches
     return {"llm_strategy": best_llm, "baseline": best_base, "points": points,
             "seeds": min(table[best_llm]["seeds"], table[best_base]["seeds"]), "target_points": MARGIN_POINTS,
-            "met": points >= MARGIN_POINTS and min(table[best_llm]["seeds"], table[best_base]["seeds"]) >= 3}
+            "met": points >= MARGIN_POINTS and min(table[best_llm]["seeds"], table[best_base]["seeds"]) >= 3,
+            **control}
 
 
 def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
-    table = summary(results, [*LLM_STRATEGIES, *BASELINES])  # what ran here and what was taken from a file
+    table = summary(results, [*LLM_STRATEGIES, *COMPARED])  # what ran here and what was taken from a file
     rows = ["| strategy | seeds | test median [min, max] | winners with an edit | requests / repairs / prompt "
             "characters (median) |", "|---|---|---|---|---|"]
     for strategy, entry in table.items():
@@ -290,7 +295,7 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
     rows += ["", "Paired by search seed (test accuracy, points; exact sign-flip test):", "",
              "| LLM strategy | baseline | mean difference | wins / losses | p |", "|---|---|---|---|---|"]
     for strategy in (s for s in LLM_STRATEGIES if s in table):
-        for baseline in (b for b in BASELINES if b in table):
+        for baseline in (b for b in COMPARED if b in table):
             test = paired_test(results, strategy, baseline)
             if test:
                 paired[f"{strategy}-{baseline}"] = test
@@ -316,6 +321,8 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         rows += ["", f"Margin: {result['llm_strategy']}'s median minus {result['baseline']}'s (the best baseline): "
                      f"{result['points']:+.1f} points over {result['seeds']} seeds (target ≥ {MARGIN_POINTS:g} "
                      f"over ≥ 3 seeds: {'met' if result['met'] else 'not met'})."]
+        rows += [f"Against `{name}` (no search: the space's default stage down one path for the whole budget): "
+                 f"{result[f'{name}_points']:+.1f} points." for name in CONTROLS if f"{name}_points" in result]
     rows += ["", f"Budget {args.train_steps} GRPO steps per session, template `{args.template}`, search seeds "
                  f"{args.seed_list[0]}–{args.seed_list[-1]}; the LLM was {ANSWERED_BY}. The relay reports no token "
                  "counts: prompt characters are counted from its requests (about 4 characters a token). Prompt bound: "

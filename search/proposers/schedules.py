@@ -11,7 +11,10 @@ checkpoint of the one before). The strategies differ only in how a schedule is d
   grid refines it (midpoints between neighbouring values), as a person would;
 - ``random``: a uniform length in 1..max_depth, every stage drawn uniformly;
 - ``optuna`` (flat): TPE over the length and every stage's values, one trial per
-  schedule, told the validation score of the schedule's last checkpoint.
+  schedule, told the validation score of the schedule's last checkpoint;
+- ``defaults``: no search, the control every search has to beat. The space's default
+  stage, again and again down one path until the budget is spent: what a person gets by
+  training the default values for the whole budget and keeping the best checkpoint.
 """
 
 from __future__ import annotations
@@ -151,6 +154,15 @@ class RandomScheduleProposer(ScheduleProposer):
     def draw(self, index: int) -> list[dict[str, Any]]:
         rng = self.rng(index)
         return [self.space.sample(rng) for _ in range(rng.randint(1, self.max_depth))]
+
+
+class DefaultsProposer(ScheduleProposer):
+    name = "defaults"
+
+    LENGTH = 1000  # longer than any budget: the budget ends the schedule, not its length
+
+    def draw(self, index: int) -> list[dict[str, Any]]:
+        return [self.space.defaults() for _ in range(self.LENGTH)]
 
 
 def suggest(trial: optuna.Trial, name: str, param: Param) -> Any:
