@@ -85,7 +85,7 @@ def mattered_text(tree: Tree, space: SearchSpace) -> str:
     ``EARLY_STAGES``, before that why there is none."""
     observed = [(values, gain) for values, gain in gains(tree, within_depth=True)
                 if all(fits(space, n, values) for n in space.params)]
-    by_depth = depth_text(tree)
+    by_depth = compute_text(tree) + depth_text(tree)
     importance = param_importance(tree, space, within_depth=True)
     if importance is not None:
         return by_depth + importance_text(importance, len(observed))
@@ -94,6 +94,27 @@ def mattered_text(tree: Tree, space: SearchSpace) -> str:
                            "another to compare with; a stage alone at its depth shows depth's effect, not its values'; "
                            f"a rough early estimate needs {EARLY_STAGES}, fANOVA's shares {MIN_STAGES})")
     return by_depth + early_importance_text(observed, space)
+
+
+def compute_text(tree: Tree) -> str:
+    """Validation against the steps a node's whole path trained, and how much of the spent
+    budget the best node's path holds: the result is one path, whatever else was run."""
+    best_at: dict[int, list] = {}
+    for node in tree.scored():
+        best_at.setdefault(node.step_offset + node.steps, []).append(node)
+    if not best_at:
+        return ""
+    points = []
+    for total, nodes in sorted(best_at.items()):
+        top = max(nodes, key=lambda n: n.val_score)
+        of = f", best of {len(nodes)}" if len(nodes) > 1 else ""
+        points.append(f"{total} → {top.val_score:.3f} ({top.id}{of})")
+    best = tree.best()
+    on_path = best.step_offset + best.steps
+    spent = sum(n.steps for n in tree.nodes.values())
+    return (f"Validation by the GRPO steps a node's path trained from the base model (the best node at each "
+            f"total): {', '.join(points)}. The best node's path trained {on_path} of the {spent} steps spent; "
+            f"the other {spent - on_path} trained stages off it.\n")
 
 
 def depth_text(tree: Tree) -> str:

@@ -359,6 +359,18 @@ def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_ma
     assert "read it as a hint, not a finding" in section
 
 
+def test_the_prompt_gives_validation_by_the_steps_a_path_trained_and_the_best_paths_share_of_the_budget():
+    tree = Tree(base_score=0.5, base_stderr=0.016)
+    for node_id, parent, depth, offset, steps, score in [("n001", None, 1, 0, 20, 0.60), ("n002", None, 1, 0, 20, 0.58),
+                                                         ("n003", "n001", 2, 20, 40, 0.70), ("n004", None, 1, 0, 40, 0.66)]:
+        tree.add(Node(node_id, parent, depth, DEFAULTS, seed=1, proposer="llm", status=Status.SUCCEEDED,
+                      val_score=score, val_stderr=0.015, steps=steps, step_offset=offset))
+    section = user_prompt(tree, PromptView(None, [None], "120 of 160"))
+    section = section[section.index("# What has mattered so far"): section.index("# Candidate parents")]
+    assert ("the best node at each total): 20 → 0.600 (n001, best of 2), 40 → 0.660 (n004), 60 → 0.700 (n003). "
+            "The best node's path trained 60 of the 120 steps spent; the other 60 trained stages off it.") in section
+
+
 def test_a_value_that_never_varied_within_a_depth_is_not_read_as_gaining_nothing():
     """Centred per depth, the gains of a value every stage at its depth ran are zero by construction."""
     tree = Tree(base_score=0.5, base_stderr=0.016)

@@ -8,7 +8,14 @@ import pytest
 from autorl.stages import template as templates
 from search import study as hpo
 from search.policy import BestFirstPolicy
-from search.proposers import FlatTpeProposer, GreedyProposer, GridProposer, RandomScheduleProposer, TpeProposer
+from search.proposers import (
+    DefaultsProposer,
+    FlatTpeProposer,
+    GreedyProposer,
+    GridProposer,
+    RandomScheduleProposer,
+    TpeProposer,
+)
 from search.tree import Comparison, Finding, Node, Status, Tree
 
 
@@ -145,6 +152,23 @@ def test_random_schedules_have_random_lengths_within_depth():
     proposals, tree = run_line(RandomScheduleProposer(space, max_depth=3, seed=3), [0.6] * 12)
     assert max(n.depth for n in tree.nodes.values()) <= 3
     assert {p.parent is None for p in proposals} == {True, False}
+
+
+def test_the_defaults_control_trains_the_default_stage_down_one_path_past_any_depth_limit():
+    space = templates.load("arith").space
+    proposals, tree = run_line(DefaultsProposer(space, max_depth=3, seed=0), [0.6, 0.55, 0.7, 0.65, 0.66])
+    assert [p.parent for p in proposals] == [None, "n001", "n002", "n003", "n004"]
+    assert all(p.hyperparameters == space.defaults() for p in proposals)
+    assert max(n.depth for n in tree.nodes.values()) == 5  # a worse stage does not end the line either
+
+
+def test_the_defaults_control_starts_again_from_the_base_model_after_a_failed_stage_and_after_a_stop():
+    space = templates.load("arith").space
+    proposals, tree = run_line(DefaultsProposer(space, max_depth=3, seed=0), [0.6, None, 0.6, 0.62])
+    assert [p.parent for p in proposals] == [None, "n001", None, "n003"]
+    resumed = DefaultsProposer(space, max_depth=3, seed=0)
+    resumed.restore(tree, {})
+    assert resumed.propose(tree, None).parent == "n004"
 
 
 def test_flat_optuna_tells_one_trial_per_schedule(tmp_path):

@@ -18,7 +18,7 @@ def fast_template(tmp_path_factory):
 
 
 @pytest.mark.slow  # seconds each: the full suite runs it, the edit loop does not
-@pytest.mark.parametrize("strategy", ["grid", "random", "optuna", "greedy"])
+@pytest.mark.parametrize("strategy", ["grid", "random", "optuna", "greedy", "defaults"])
 def test_baseline_produces_a_complete_session(strategy, fast_template, runs_dir, tracker):
     config = make_config(name=f"b-{strategy}", topic="t", template=str(fast_template.path), stages=3,
                          strategy=strategy, seed=2, runs_dir=runs_dir, tracking_uri=tracker.uri)

@@ -8,5 +8,6 @@ from search.proposers.pbt import PbtProposer
 from search.proposers.schedules import DefaultsProposer, FlatTpeProposer, GridProposer, RandomScheduleProposer
 from search.proposers.tpe import TpeProposer
 
-__all__ = ["BaseProposer", "DefaultsProposer", "Guarded", "PbtProposer", "FlatTpeProposer", "GreedyProposer", "GridProposer", "LLMProposer",
+__all__ = ["BaseProposer", "DefaultsProposer", "Guarded", "PbtProposer", "FlatTpeProposer", "GreedyProposer",
+           "GridProposer", "LLMProposer",
            "Proposal", "ProposalDeferred", "ProposalDropped", "Proposer", "RandomScheduleProposer", "TpeProposer"]
