@@ -361,8 +361,9 @@ def test_what_mattered_is_estimated_roughly_from_three_stages_and_says_on_how_ma
 
 def test_the_prompt_gives_validation_by_the_steps_a_path_trained_and_the_best_paths_share_of_the_budget():
     tree = Tree(base_score=0.5, base_stderr=0.016)
-    for node_id, parent, depth, offset, steps, score in [("n001", None, 1, 0, 20, 0.60), ("n002", None, 1, 0, 20, 0.58),
-                                                         ("n003", "n001", 2, 20, 40, 0.70), ("n004", None, 1, 0, 40, 0.66)]:
+    stages = [("n001", None, 1, 0, 20, 0.60), ("n002", None, 1, 0, 20, 0.58), ("n003", "n001", 2, 20, 40, 0.70),
+              ("n004", None, 1, 0, 40, 0.66)]
+    for node_id, parent, depth, offset, steps, score in stages:
         tree.add(Node(node_id, parent, depth, DEFAULTS, seed=1, proposer="llm", status=Status.SUCCEEDED,
                       val_score=score, val_stderr=0.015, steps=steps, step_offset=offset))
     section = user_prompt(tree, PromptView(None, [None], "120 of 160"))
