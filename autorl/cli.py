@@ -496,8 +496,11 @@ def show(
     console.print(root)
     if data["best"]:
         best = data["best"]
+        from autorl.storage.report import path_share
+
+        share = path_share(best["path_steps"], data.get("train_steps_spent"))
         console.print(f"best {best['id']} ({' → '.join(best['path'])}): val {fmt(best['val_score'])}, "
-                      f"test {fmt(best['test_score'])}")
+                      f"test {fmt(best['test_score'])}" + (f"; {share}" if share else ""))
     if data.get("beats_base") is False:
         from autorl.storage.report import NO_GAIN
 

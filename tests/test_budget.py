@@ -74,6 +74,9 @@ def test_a_session_trains_at_most_its_step_budget(tmp_path, runs_dir):
     assert data["train_steps_spent"] == trained and 60 - 40 <= trained <= 60
     assert data["nodes"][0]["steps"] == 40 and "training-step budget spent" in data["reason"]
     assert all(n["steps"] == n["hyperparameters"]["max_steps"] for n in data["nodes"])
+    by_id = {n["id"]: n for n in data["nodes"]}
+    assert data["best"]["path_steps"] == sum(by_id[i]["steps"] for i in data["best"]["path"])
+    assert f"its path trained {data['best']['path_steps']} of the {trained} GRPO steps spent" in done.stdout
 
 
 def test_the_proposer_is_told_how_the_session_ends():

@@ -23,6 +23,13 @@ def test_a_session_that_beat_the_base_claims_no_such_thing():
     assert not any(NO_GAIN in line for line in summary_lines(session(best_val=0.61, base_val=0.528)))
 
 
+def test_the_headline_says_how_much_of_the_spent_budget_trained_the_winner():
+    data = session(best_val=0.61, base_val=0.528)
+    data["best"]["path_steps"] = 60
+    assert ("**Compute:** its path trained 60 of the 160 GRPO steps spent; the rest trained stages off it."
+            in summary_lines(data))
+
+
 # The progress figure counts the budget's unit, GRPO training steps, not stages.
 
 def node(node_id: str, parent: str | None, steps: int, val: float | None, depth: int = 1) -> dict:

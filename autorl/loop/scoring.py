@@ -11,7 +11,7 @@ from autorl.loop.lifecycle import StageLifecycle, eval_timing
 from autorl.loop.observer import Observer
 from autorl.stages.evaluate import FrozenEvaluator
 from autorl.storage import records
-from autorl.storage.report import NO_GAIN, beats_base
+from autorl.storage.report import NO_GAIN, beats_base, path_share
 from autorl.storage.tracking import Tracker, first_line
 from autorl.storage.winner import log_winner
 from search.tree import Tree
@@ -67,9 +67,11 @@ class Scoring:
             "base_test_score": base.mean, "val_test_gap": best.val_score - test.mean,
         })
         self.tracker.set_tags(self.session_run_id, {"autorl.best_node": best.id})
+        share = path_share(best.step_offset + best.steps, sum(n.steps for n in self.tree.nodes.values()))
         self.observer.message(
             f"best {best.id}: validation {best.val_score:.3f}, test {test.mean:.3f} ± {test.stderr:.3f} "
-            f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})")
+            f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})"
+            + (f"; {share}" if share else ""))
         if beats_base(best.val_score, self.tree.base_score) is False:
             self.observer.message(f"{NO_GAIN} (validation {self.tree.base_score:.3f})")
 

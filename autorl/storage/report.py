@@ -101,7 +101,8 @@ def show_session(tracker: Tracker, name: str) -> dict[str, Any]:
         max(scored, key=lambda n: n["val_score"]) if scored else None
     )
     summary["nodes"] = nodes
-    summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"])}
+    summary["best"] = None if best is None else {**best, "path": path_to(nodes, best["id"]),
+                                                 "path_steps": best.get("step_offset", 0) + best.get("steps", 0)}
     summary["beats_base"] = beats_base(best and best["val_score"], summary.get("base_score"))
     summary["workspace"] = session_tags_of(run).get("autorl.workspace")
     return summary
@@ -121,6 +122,16 @@ def beats_base(best_val: float | None, base_val: float | None) -> bool | None:
 
 
 NO_GAIN = "no stage beat the base model on validation: the base model is still the best checkpoint"
+
+
+def path_share(path_steps: int, spent: int | None) -> str:
+    """How much of the spent budget trained the winner: the result is one path, and the steps
+    off it bought evidence, not score (``--strategy defaults`` spends them all on one path).
+
+    >>> path_share(80, 160)
+    'its path trained 80 of the 160 GRPO steps spent'
+    """
+    return f"its path trained {path_steps} of the {spent} GRPO steps spent" if spent else ""
 
 
 def path_to(nodes: list[dict], node_id: str) -> list[str]:

@@ -13,7 +13,7 @@ import html
 from collections import Counter
 from pathlib import Path
 
-from autorl.storage.report import NO_GAIN
+from autorl.storage.report import NO_GAIN, path_share
 from autorl.views import figures
 from search.importance import MIN_STAGES
 from search.tree import schedule_text
@@ -44,6 +44,8 @@ def summary_lines(data: dict) -> list[str]:
                      f"{fmt(best['val_score'])} ± {fmt(best['val_stderr'])}, test {fmt(best.get('test_score'))} "
                      f"± {fmt(best.get('test_stderr'))}; base model validation {fmt(data.get('base_score'))}, "
                      f"test {fmt(data.get('base_test_score'))}")
+        if share := path_share(best.get("path_steps", 0), data.get("train_steps_spent")):
+            lines.append(f"**Compute:** {share}; the rest trained stages off it.")
         if data.get("beats_base") is False:
             lines.append(f"**No gain:** {NO_GAIN}.")
     else:
