@@ -56,10 +56,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--template", default="arith")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--train-steps", type=int, default=None,
+                        help="a GRPO-step budget with the stage length free (max_steps searched), instead of --stages")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
     args = parser.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
+    if args.train_steps:
+        args.steps = 0  # the template's own max_steps choices: the search sets each stage's length
     return args
 
 
@@ -105,7 +109,9 @@ def report(results: list[dict], args: argparse.Namespace) -> tuple[str, dict]:
         label = variant if variant == "full" else f"{variant} ({MEANING[variant]})"
         rows.append(f"| {label} | {table[variant]['test_median']:.3f} [{min(tests):.3f}, {max(tests):.3f}] | "
                     f"{table[variant]['val_median']:.3f} | {table[variant]['failed_stages']} | {versus} |")
-    notes = ["", f"Tree strategy, template `{args.template}`, {args.stages} stages of {args.steps} GRPO steps, "
+    budget = (f"{args.train_steps} GRPO steps (stage length searched)" if args.train_steps
+              else f"{args.stages} stages of {args.steps} GRPO steps")
+    notes = ["", f"Tree strategy, template `{args.template}`, {budget}, "
              f"search seeds {args.first_seed}..{args.first_seed + args.seeds - 1} (policy-development seeds). "
              "'vs full' pairs each seed with the full search's session on the same seed; positive means the "
              "variant did better, i.e. the switched-off part cost accuracy when negative."]
@@ -121,7 +127,7 @@ def main(argv=None) -> int:
     results = run_all(args)
     text, table = report(results, args)
     text += f"Benchmark wall time (this invocation): {(time.monotonic() - started) / 60:.1f} min.\n"
-    stem = f"search_ablation-{args.template}-{args.stages}"
+    stem = f"search_ablation-{args.template}-" + (f"{args.train_steps}steps" if args.train_steps else f"{args.stages}")
     (args.out / f"{stem}.md").write_text(f"# What each part of the tree search buys\n\n{text}")
     (args.out / f"{stem}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                                        "summary": table, "sessions": results}, indent=2))
