@@ -3,7 +3,8 @@
 `hybrid` (the model sets centre and ranges, TPE draws) and `llm` (the model sets values
 and may edit train.py) run through an OpenAI-compatible relay on loopback
 (`../shared/relay/`): whoever answers its requests is the model. Beside them, `tree`,
-`grid`, `greedy` and `pbt` run at the same `--train-steps` and search seeds. Every
+`grid`, `greedy`, `pbt` and the no-search control `defaults` run at the same
+`--train-steps` and search seeds. Every
 session is a real `autorl research` run; its winner is scored once on the test split by
 the session itself. A winner whose path edited train.py is then replayed without its
 edits (autorl/replay.py): the paired test difference is the edits' worth.
