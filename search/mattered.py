@@ -101,7 +101,7 @@ def compute_text(tree: Tree) -> str:
     budget the best node's path holds: the result is one path, whatever else was run."""
     best_at: dict[int, list] = {}
     for node in tree.scored():
-        best_at.setdefault(node.step_offset + node.steps, []).append(node)
+        best_at.setdefault(node.path_steps, []).append(node)
     if not best_at:
         return ""
     points = []
@@ -109,8 +109,7 @@ def compute_text(tree: Tree) -> str:
         top = max(nodes, key=lambda n: n.val_score)
         of = f", best of {len(nodes)}" if len(nodes) > 1 else ""
         points.append(f"{total} → {top.val_score:.3f} ({top.id}{of})")
-    best = tree.best()
-    on_path = best.step_offset + best.steps
+    on_path = tree.best().path_steps
     spent = sum(n.steps for n in tree.nodes.values())
     return (f"Validation by the GRPO steps a node's path trained from the base model (the best node at each "
             f"total): {', '.join(points)}. The best node's path trained {on_path} of the {spent} steps spent; "

@@ -128,6 +128,11 @@ class Node:
         return self.status == Status.SUCCEEDED and self.val_score is not None
 
     @property
+    def path_steps(self) -> int:
+        """The GRPO steps its whole path trained from the base model (its own and every earlier stage's)."""
+        return self.step_offset + self.steps
+
+    @property
     def healthy(self) -> bool:
         """False when diagnosis says not to extend it: worse than its parent, or a critical finding."""
         worse = self.comparison is not None and self.comparison.verdict == "worse"

@@ -98,7 +98,7 @@ class StageLifecycle:
             seed=self.config.seed * 1000 + len(self.tree.nodes) + 1,
             proposer=self.parts.proposer.name,
             commit=self.commit_for(parent, proposal, node_id),
-            step_offset=0 if parent is None else parent.step_offset + parent.steps,
+            step_offset=0 if parent is None else parent.path_steps,
             rationale=proposal.rationale,
             expected_effect=proposal.expected_effect,
             edited=proposal.train_py is not None,

@@ -67,7 +67,7 @@ class Scoring:
             "base_test_score": base.mean, "val_test_gap": best.val_score - test.mean,
         })
         self.tracker.set_tags(self.session_run_id, {"autorl.best_node": best.id})
-        share = path_share(best.step_offset + best.steps, sum(n.steps for n in self.tree.nodes.values()))
+        share = path_share(best.path_steps, self.ledger.spending()["train_steps_spent"])  # the count show reads back
         self.observer.message(
             f"best {best.id}: validation {best.val_score:.3f}, test {test.mean:.3f} ± {test.stderr:.3f} "
             f"(base test {base.mean:.3f}; val-test gap {best.val_score - test.mean:+.3f})"
